@@ -1,0 +1,23 @@
+# The two set-up commands of the README: `make demo` and `make test`. Both create .venv when it is
+# missing (tools/setup_env.sh is idempotent: a re-run takes seconds).
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO_DIR ?= runs/demo
+DATA_DIR ?= data/synthetic
+
+.PHONY: venv test demo bench clean-demo
+
+venv:
+	@bash tools/setup_env.sh
+
+test: venv
+	$(PY) -m pytest -q tests
+
+demo: venv
+	@DEMO_DIR=$(DEMO_DIR) DATA_DIR=$(DATA_DIR) bash tools/demo.sh
+
+bench: venv
+	$(PY) bench.py suite --output docs/benchmarks-$$(hostname).md
+
+clean-demo:
+	rm -rf $(DEMO_DIR) $(DATA_DIR)

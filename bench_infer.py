@@ -1,0 +1,171 @@
+"""Inference throughput and latency of the exported detection graph, per batch size.
+
+One graph and session per batch size (inference.build_detector: in-graph preprocessing,
+network, decode + NMS). Each post-processing mode fetches a different part of that graph:
+
+  graph  the detections (in-graph decode + NMS), as the SavedModel serves them
+  host   the raw network outputs, then decode + NMS in NumPy (host_postprocess.py)
+  none   the raw network outputs only
+
+so the difference between `none` and the other two is the cost of post-processing. Only
+session.run (plus the NumPy post-processing for `host`) is timed; feeds are prepared before.
+
+Sources of the images fed:
+  random          random uint8 pixels at the model's image size (no resize work)
+  image:PATH      one image decoded on the host, the same pixels B times
+  repeat:PATH     one image's encoded bytes B times, decoded in the graph
+  dir:PATH        the encoded image files of a directory, cycled, decoded in the graph
+"""
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import anchors
+import hparams_config
+import host_postprocess
+import inference
+import predict
+
+tf1 = tf.compat.v1
+
+POSTPROCESS_MODES = ('graph', 'host', 'none')
+PERCENTILES = (50, 90, 95, 99)
+
+
+class BenchError(ValueError):
+    """A user mistake in the benchmark flags; the message names the fix."""
+
+
+def parse_source(text):
+    """'random' | 'image:PATH' | 'repeat:PATH' | 'dir:PATH' -> (kind, path)."""
+    kind, _, path = text.partition(':')
+    if kind == 'random' and not path:
+        return kind, None
+    if kind not in ('image', 'repeat', 'dir') or not path:
+        raise BenchError("--source=%s must be random, image:PATH, repeat:PATH or dir:PATH"
+                         % text)
+    if not os.path.exists(path):
+        raise BenchError('--source=%s: %s does not exist' % (text, path))
+    return kind, path
+
+
+def _read_bytes(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def make_batches(source, batch_size, config, count=8, seed=0):
+    """A few feed values of the source (cycled while timing). Pixel sources give uint8
+    [B, H, W, 3], encoded sources give object arrays of bytes [B]."""
+    kind, path = source
+    if kind == 'random':
+        height, width = hparams_config.parse_image_size(config.image_size)
+        rng = np.random.default_rng(seed)
+        return [rng.integers(0, 256, [batch_size, height, width, 3], dtype=np.uint8)
+                for _ in range(min(count, 2))]
+    if kind == 'image':
+        return [np.repeat(predict.read_rgb(path)[None], batch_size, axis=0)]
+    if kind == 'repeat':
+        return [np.array([_read_bytes(path)] * batch_size, dtype=object)]
+    files = predict.list_images(path)
+    data = [_read_bytes(f) for f in files[:max(batch_size * count, batch_size)]]
+    batches = []
+    for start in range(0, len(data), batch_size):
+        batch = [data[(start + i) % len(data)] for i in range(batch_size)]
+        batches.append(np.array(batch, dtype=object))
+    return batches
+
+
+def build_session(spec, batch_size, encoded, session_config=None):
+    """(session, input placeholder, outputs) of a fresh graph for one batch size."""
+    config = inference.inference_config(spec.config)
+    graph = tf.Graph()
+    with graph.as_default():
+        if encoded:
+            inputs = tf1.placeholder(tf.string, [batch_size], 'encoded_images')
+            preprocessed = inference.decode_and_preprocess(inputs, config)
+        else:
+            inputs = tf1.placeholder(tf.uint8, [batch_size, None, None, 3], 'images')
+            preprocessed = inference.preprocess_images(inputs, config)
+        outputs = inference.build_detector(*preprocessed, config, spec.label_map)
+        session = tf1.Session(graph=graph, config=session_config)
+        inference.initialize_weights(session, spec)
+        graph.finalize()
+    return session, inputs, outputs
+
+
+def _host_nms_args(config):
+    nms = config.nms_configs
+    if nms.method != 'hard':
+        raise BenchError('--postprocess=host implements hard NMS only; the config has '
+                         'nms_configs.method=%s' % nms.method)
+    return dict(iou_thresh=nms.iou_thresh, score_thresh=nms.score_thresh,
+                max_nms_inputs=nms.max_nms_inputs, max_output_size=nms.max_output_size)
+
+
+def _runner(session, inputs, outputs, mode, config):
+    """A function feed -> result doing one timed unit of work for `mode`."""
+    if mode == 'graph':
+        fetches = {k: outputs[k] for k in inference.OUTPUT_KEYS}
+        return lambda feed: session.run(fetches, {inputs: feed})
+    if mode == 'none':
+        fetches = {k: outputs[k] for k in ('class_logits', 'box_codes')}
+        return lambda feed: session.run(fetches, {inputs: feed})
+    fetches = {k: outputs[k] for k in inference.RAW_KEYS}
+    height, width = hparams_config.parse_image_size(config.image_size)
+    anchor_boxes = anchors.generate_anchor_boxes(
+        height, width, config.min_level, config.max_level, config.num_scales,
+        config.aspect_ratios, config.anchor_scale)
+    nms_args = _host_nms_args(config)
+
+    def run_host(feed):
+        raw = session.run(fetches, {inputs: feed})
+        return host_postprocess.generate_detections(
+            raw['class_logits'], raw['box_codes'], anchor_boxes, raw['image_scales'],
+            raw['image_sizes'], **nms_args)
+    return run_host
+
+
+def latency_summary(seconds, batch_size):
+    """Throughput and latency statistics of per-batch wall times (seconds)."""
+    ms = np.asarray(seconds, np.float64) * 1e3
+    summary = {'batch_size': batch_size, 'steps': int(ms.size),
+               'images_per_sec': batch_size * 1e3 / float(ms.mean()),
+               'latency_avg_ms': float(ms.mean())}
+    for q in PERCENTILES:
+        summary['latency_p%d_ms' % q] = float(np.percentile(ms, q))
+    return summary
+
+
+def time_runs(run, batches, steps, warmup):
+    for index in range(warmup):
+        run(batches[index % len(batches)])
+    durations = []
+    for index in range(steps):
+        feed = batches[index % len(batches)]
+        start = time.perf_counter()
+        run(feed)
+        durations.append(time.perf_counter() - start)
+    return durations
+
+
+def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session_config=None):
+    """One row per post-processing mode for one batch size."""
+    batches = make_batches(source, batch_size, spec.config)
+    encoded = batches[0].dtype == object
+    start = time.perf_counter()
+    session, inputs, outputs = build_session(spec, batch_size, encoded, session_config)
+    build_seconds = time.perf_counter() - start
+    rows = []
+    try:
+        for mode in modes:
+            run = _runner(session, inputs, outputs, mode, inference.inference_config(
+                spec.config))
+            row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
+            row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds)
+            rows.append(row)
+    finally:
+        session.close()
+    return rows

@@ -1,0 +1,122 @@
+r"""Throughput of the input pipeline alone (dataloader.InputReader), in images per second.
+
+    python bench_input.py --file_pattern='/data/train-*.tfrecord' --image_size=512 \
+        --batch_size=4 --num_batches=50 --model_name=efficientdet-d0 [--hparams=...] \
+        [--training=true] [--use_fake_data]
+
+Prints one human line and one JSON line. Batches are pulled as fast as the pipeline makes
+them (nothing consumes them), after a few warm-up batches that fill the prefetch buffers
+and let tf.data's autotuner settle. An eval pipeline is repeated so short datasets can be
+timed. `measure()` is what `bench.py input` and the benchmark suite call.
+"""
+import json
+import sys
+import time
+
+import tensorflow as tf
+from absl import app, flags
+
+import dataloader
+import hparams_config
+
+WARMUP_BATCHES = 5
+
+
+def measure(file_pattern, config, batch_size, num_batches, is_training, *,
+            use_fake_data=False, warmup=WARMUP_BATCHES):
+    """Times `num_batches` batches of the pipeline after `warmup` batches.
+
+    Args:
+        file_pattern: TFRecords glob (ignored with use_fake_data).
+        config: hparams_config.Config (or dict) of the model, e.g. efficientdet-d0.
+        batch_size, num_batches: batch size and number of timed batches.
+        is_training: time the training pipeline (augmentation) or the eval pipeline.
+
+    Returns:
+        dict(images_per_sec=float, batches=int, seconds=float).
+    """
+    values = config.as_dict() if hasattr(config, 'as_dict') else dict(config)
+    params = dict(values, batch_size=batch_size)
+    reader = dataloader.InputReader(file_pattern, is_training=is_training,
+                                    use_fake_data=use_fake_data)
+    dataset = reader(params)
+    if not is_training:
+        dataset = dataset.repeat()  # One pass may hold fewer than warmup + num_batches.
+    if tf.executing_eagerly():
+        seconds, images = _time_eager(dataset, num_batches, warmup)
+    else:
+        seconds, images = _time_graph(dataset, num_batches, warmup)
+    return {'images_per_sec': images / seconds, 'batches': num_batches, 'seconds': seconds}
+
+
+def _batch_size(batch):
+    return int(batch[0].shape[0])
+
+
+def _time_eager(dataset, num_batches, warmup):
+    iterator = iter(dataset)
+    for _ in range(warmup):
+        next(iterator)
+    images, start = 0, time.perf_counter()
+    for _ in range(num_batches):
+        images += _batch_size(next(iterator))
+    return time.perf_counter() - start, images
+
+
+def _time_graph(dataset, num_batches, warmup):
+    next_batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    with tf.compat.v1.Session() as session:
+        for _ in range(warmup):
+            session.run(next_batch)
+        images, start = 0, time.perf_counter()
+        for _ in range(num_batches):
+            images += _batch_size(session.run(next_batch))
+        return time.perf_counter() - start, images
+
+
+def _define_flags():
+    # Defined only when run as a script: bench.py imports this module and owns same-named flags.
+    flags.DEFINE_string('file_pattern', None, 'TFRecords glob (not needed with --use_fake_data).')
+    flags.DEFINE_bool('use_fake_data', False, 'Synthetic in-memory batches: no file reading.')
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x.')
+    flags.DEFINE_string('hparams', '', 'Overrides, e.g. num_classes=3,jitter_max=1.5.')
+    flags.DEFINE_string('image_size', None, "Network input: 512 or 'WIDTHxHEIGHT' "
+                        '(default: the variant\'s).')
+    flags.DEFINE_integer('batch_size', 4, 'Batch size.', lower_bound=1)
+    flags.DEFINE_integer('num_batches', 50, 'Timed batches.', lower_bound=1)
+    flags.DEFINE_integer('warmup', WARMUP_BATCHES, 'Untimed batches first.', lower_bound=0)
+    flags.DEFINE_bool('training', True, 'Training pipeline (flip, scale jitter, shuffle); '
+                      'false: the eval pipeline.')
+
+
+def main(argv):
+    del argv
+    config_flags = flags.FLAGS
+    if not config_flags.file_pattern and not config_flags.use_fake_data:
+        sys.exit('bench_input.py needs --file_pattern=GLOB of TFRecords (or --use_fake_data)')
+    try:
+        config = hparams_config.get_efficientdet_config(config_flags.model_name)
+        config.override(config_flags.hparams)
+        if config_flags.image_size:
+            size = config_flags.image_size
+            config.override({'image_size': int(size) if size.isdigit() else size})
+        hparams_config.validate(config)
+        result = measure(config_flags.file_pattern, config, config_flags.batch_size,
+                         config_flags.num_batches, config_flags.training,
+                         use_fake_data=config_flags.use_fake_data, warmup=config_flags.warmup)
+    except (ValueError, tf.errors.OpError) as error:
+        sys.exit('bench_input.py: %s' % error)
+    result.update(bench='input', model_name=config.name, image_size=config.image_size,
+                  batch_size=config_flags.batch_size, training=config_flags.training,
+                  use_fake_data=config_flags.use_fake_data,
+                  file_pattern=config_flags.file_pattern)
+    print('input pipeline (%s, %s px, batch %d): %.1f images/s over %d batches in %.2f s'
+          % ('training' if config_flags.training else 'eval', config.image_size,
+             config_flags.batch_size, result['images_per_sec'], result['batches'],
+             result['seconds']))
+    print(json.dumps(result, sort_keys=True), flush=True)
+
+
+if __name__ == '__main__':
+    _define_flags()
+    app.run(main)

@@ -1,0 +1,171 @@
+"""`bench.py suite` (what `make bench` runs): the standard measurements of this machine as a
+markdown report.
+
+EfficientDet-D0 at 512 px: training on fake data at global batch 2 and 4; inference with
+random weights at batch 1, 2, 4, 8 with in-graph post-processing, plus host and no
+post-processing at batch 1; the input pipeline at batch 4 over a few hundred real JPEG
+TFRecords generated into a temporary directory (dataset.synthetic_coco + the converter).
+Each measurement is a `bench.py` subprocess whose exact command is listed in the report.
+"""
+import datetime
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+
+import bench
+
+# google/automl efficientdet (TF2) measured on this 2-core machine, for comparison.
+REFERENCE = {
+    'train': {2: (1.56, 3700.0), 4: (1.30, 5000.0)},  # images/s, peak host MB
+    'infer_batch1_images_per_sec': 7.5,  # end to end incl. NMS (0.13 s per image)
+}
+FULL = dict(train_steps=10, train_warmup=3, infer_steps=30, infer_warmup=5, input_images=300,
+            input_batches=60)
+QUICK = dict(train_steps=2, train_warmup=1, infer_steps=3, infer_warmup=1, input_images=12,
+             input_batches=4)
+
+
+def _run_bench(args):
+    """Runs `bench.py args...`; returns (command string, parsed JSON result)."""
+    command = [sys.executable, 'bench.py'] + args
+    print('$ ' + ' '.join(command), flush=True)
+    result = subprocess.run(command, cwd=bench.REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    print(result.stdout[-4000:], flush=True)
+    parsed = bench.parse_result_lines(result.stdout)
+    if result.returncode != 0 or not parsed:
+        raise bench.BenchError('`%s` failed (exit %d)' % (' '.join(command), result.returncode))
+    return 'python bench.py ' + ' '.join(args), parsed[-1]
+
+
+def _make_records(directory, num_images):
+    """Generates num_images synthetic JPEGs and converts them; returns the shard pattern."""
+    from dataset import synthetic_coco  # pylint: disable=import-outside-toplevel
+    synthetic_coco.generate(directory, num_train=num_images, num_val=1, seed=0)
+    prefix = os.path.join(directory, 'records', 'train')
+    command = [sys.executable, '-m', 'dataset.create_coco_tfrecord',
+               '--image_dir=%s' % os.path.join(directory, 'train'),
+               '--object_annotations_file=%s' % os.path.join(directory, 'annotations',
+                                                             'instances_train.json'),
+               '--output_file_prefix=%s' % prefix, '--num_shards=4']
+    subprocess.run(command, cwd=bench.REPO, check=True, stdout=subprocess.DEVNULL)
+    return prefix + '-*.tfrecord'
+
+
+def machine_info():
+    model, cores = 'unknown', os.cpu_count()
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    model = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import numpy  # pylint: disable=import-outside-toplevel
+    import tensorflow  # pylint: disable=import-outside-toplevel
+    memory_gb = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2.0 ** 30
+    return {'host': socket.gethostname(), 'cpu': model, 'cores': cores,
+            'memory_gb': round(memory_gb, 1), 'python': platform.python_version(),
+            'tensorflow': tensorflow.__version__, 'numpy': numpy.__version__,
+            'os': platform.platform()}
+
+
+def _md_table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---:' for _ in header) + '|']
+    lines += ['| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows]
+    return '\n'.join(lines)
+
+
+def _train_section(result):
+    rows = []
+    for row in result['rows']:
+        reference = REFERENCE['train'].get(row['global_batch'], (None, None))
+        rows.append([row['global_batch'], '%.2f' % row['images_per_sec_global'],
+                     '%.0f' % row['step_time_ms'], '%.2f' % (row['peak_host_memory_mb'] / 1024),
+                     reference[0] or '-', '%.1f' % (reference[1] / 1024) if reference[1] else '-'])
+    return _md_table(['global batch', 'images/s', 'ms/step', 'peak host GB',
+                      'automl images/s', 'automl peak GB'], rows)
+
+
+def _infer_section(results):
+    rows = []
+    for result in results:
+        for row in result['rows']:
+            rows.append([row['batch_size'], row['postprocess'], '%.2f' % row['images_per_sec'],
+                         '%.1f' % row['latency_avg_ms'], '%.1f' % row['latency_p50_ms'],
+                         '%.1f' % row['latency_p90_ms'], '%.1f' % row['latency_p95_ms'],
+                         '%.1f' % row['latency_p99_ms']])
+    return _md_table(['batch', 'post-processing', 'images/s', 'latency avg ms', 'p50 ms',
+                      'p90 ms', 'p95 ms', 'p99 ms'], rows)
+
+
+def _input_section(result):
+    keys = [k for k in sorted(result) if k not in ('bench', 'file_pattern')
+            and not isinstance(result[k], (list, dict))]
+    return _md_table(keys, [[('%.2f' % result[k]) if isinstance(result[k], float)
+                             else result[k] for k in keys]])
+
+
+def _measure(settings, records_dir):
+    steps = lambda kind: ['--steps=%d' % settings[kind + '_steps'],  # noqa: E731
+                          '--warmup=%d' % settings[kind + '_warmup']]
+    runs = {'train': _run_bench(['train', '--batch_sizes=2,4', '--use_fake_data']
+                                + steps('train'))}
+    infer_common = ['--random_weights', '--source=random'] + steps('infer')
+    runs['infer'] = [
+        _run_bench(['infer', '--batch_sizes=1', '--postprocess=graph,host,none'] + infer_common),
+        _run_bench(['infer', '--batch_sizes=2,4,8', '--postprocess=graph'] + infer_common)]
+    pattern = _make_records(records_dir, settings['input_images'])
+    runs['input'] = _run_bench(['input', '--file_pattern=%s' % pattern, '--batch_size=4',
+                                '--num_batches=%d' % settings['input_batches'],
+                                '--is_training'])
+    return runs
+
+
+def render(runs, info, settings):
+    """The markdown report."""
+    train_cmd, train = runs['train']
+    input_cmd, input_result = runs['input']
+    batch1 = [r for r in runs['infer'][0][1]['rows'] if r['postprocess'] == 'graph'][0]
+    commands = [train_cmd] + [c for c, _ in runs['infer']] + [input_cmd]
+    return '\n'.join([
+        '# Benchmarks: %s' % info['host'], '',
+        'Measured %s by `make bench` (`bench.py suite`). EfficientDet-D0, 512x512, float32.'
+        % datetime.datetime.now().strftime('%Y-%m-%d %H:%M'), '',
+        '- Machine: %s, %s logical cores, %s GB RAM, %s' % (
+            info['cpu'], info['cores'], info['memory_gb'], info['os']),
+        '- Versions: Python %s, TensorFlow %s, NumPy %s' % (
+            info['python'], info['tensorflow'], info['numpy']), '',
+        '## Training (fake data, steps after %d warm-up steps)' % settings['train_warmup'], '',
+        _train_section(train), '',
+        '## Inference (random weights, random 512x512 uint8 input)', '',
+        'Time of `session.run` (in-graph resize, normalise, network%s) per batch; `host` adds '
+        'NumPy decode + NMS, `none` stops at the raw network outputs.'
+        % ', decode + NMS for `graph`', '',
+        _infer_section([r for _, r in runs['infer']]), '',
+        'Batch 1 end to end incl. NMS: %.2f images/s (%.0f ms); google/automl on this machine: '
+        '%.1f images/s (130 ms).' % (batch1['images_per_sec'], batch1['latency_avg_ms'],
+                                     REFERENCE['infer_batch1_images_per_sec']), '',
+        '## Input pipeline (training preprocessing, 512 px, batch 4, %d generated JPEGs)'
+        % settings['input_images'], '', _input_section(input_result), '',
+        '## Commands', '', '```'] + commands + ['```', ''])
+
+
+def run_suite(output, quick=False):
+    settings = QUICK if quick else FULL
+    info = machine_info()
+    with tempfile.TemporaryDirectory(prefix='bench-suite-') as records_dir:
+        runs = _measure(settings, records_dir)
+    text = render(runs, info, settings)
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    temp = '%s.tmp-%d' % (output, os.getpid())
+    with open(temp, 'w') as f:
+        f.write(text)
+    os.replace(temp, output)
+    print(text)
+    print(bench.RESULT_PREFIX + '{"bench": "suite", "output": "%s"}' % output, flush=True)

@@ -1,0 +1,408 @@
+"""Input pipeline: detection TFRecords -> (images, labels) for the Estimator.
+
+The record schema and the output layout are docs/CONTRACTS.md's. Per example, all in TF ops:
+
+    parse -> decode (JPEG, PNG, ...) -> [train: random horizontal flip]
+          -> resize keeping the aspect ratio so the image fits image_size * m, where
+             m ~ U(jitter_min, jitter_max) in training and m = 1 in eval
+          -> [train: random crop of image_size] -> normalise -> pad bottom/right with 0
+          -> anchor targets (anchors.AnchorLabeler) + ground-truth rows in original pixels
+
+Geometry: the resized image has size round(original * scale) and the crop starts at integer
+`crop_offset`, so network pixel = original pixel * scale - crop_offset. `image_scales` is
+1 / scale: exact for eval (no crop, no flip); in training the crop offset and the flip are
+not part of it (a scalar cannot carry them) and nothing downstream needs them, because
+`groundtruth_data` is always made from the unaugmented boxes.
+
+Crowd boxes: eval and `skip_crowd_during_training=false` pass them to the labeler with
+is_crowd set, so anchors on them are ignored rather than negative. With
+`skip_crowd_during_training=true` (the default, as google/automl's dataloader) training drops
+them from the targets entirely. `groundtruth_data` always keeps them (COCO eval needs them).
+"""
+import os
+import random
+
+import numpy as np
+import tensorflow as tf
+
+import anchors
+import hparams_config
+from dataset import tfrecord_format as fmt
+
+AUTOTUNE = tf.data.AUTOTUNE
+CONVERTER_HINT = ('create them with: python -m dataset.create_coco_tfrecord --image_dir=DIR '
+                  '--object_annotations_file=instances.json --output_file_prefix=PREFIX')
+_BOX_KEYS = (fmt.OBJECT_BBOX_YMIN, fmt.OBJECT_BBOX_XMIN, fmt.OBJECT_BBOX_YMAX,
+             fmt.OBJECT_BBOX_XMAX)
+_RECORD_FEATURES = dict(
+    {key: tf.io.VarLenFeature(tf.float32) for key in _BOX_KEYS + (fmt.OBJECT_AREA,)},
+    **{fmt.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string, default_value=''),
+       fmt.IMAGE_SOURCE_ID: tf.io.FixedLenFeature([], tf.string, default_value=''),
+       fmt.OBJECT_CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
+       fmt.OBJECT_IS_CROWD: tf.io.VarLenFeature(tf.int64)})
+
+
+# ----------------------------------------------------------------------------- geometry
+
+def scale_and_crop_window(image_height, image_width, output_size, scale_multiplier=1.0,
+                          crop_fraction=(0.0, 0.0)):
+    """Where an image lands in the network input.
+
+    Args:
+        image_height, image_width: int32 scalars, original image size.
+        output_size: (height, width) of the network input, Python ints.
+        scale_multiplier: float32 scalar; the image is fit into output_size * multiplier.
+        crop_fraction: float32 [2] in [0, 1): where the crop starts within the spare room
+            (scaled size - output size, per axis) when the scaled image is larger.
+
+    Returns:
+        (scale float32 scalar, scaled_size int32 [2] (h, w), crop_offset int32 [2] (y, x)).
+    """
+    output = tf.constant(output_size, tf.float32)
+    original = tf.cast(tf.stack([image_height, image_width]), tf.float32)
+    scale = tf.reduce_min(output * scale_multiplier / original)
+    # Round, not floor: h * (out / h) can come out as out - 1e-5.
+    scaled = tf.maximum(tf.round(original * scale), 1.0)
+    room = tf.maximum(scaled - output, 0.0)
+    offset = tf.floor(room * tf.convert_to_tensor(crop_fraction, tf.float32))
+    return scale, tf.cast(scaled, tf.int32), tf.cast(offset, tf.int32)
+
+
+def resize_crop_pad(image, scaled_size, crop_offset, output_size, mean_rgb, stddev_rgb):
+    """uint8/float [H, W, 3] -> float32 [out_h, out_w, 3] normalised, zero (= mean) padded.
+
+    Bilinear resize to scaled_size, crop output_size at crop_offset, normalise only the kept
+    pixels, pad bottom/right.
+    """
+    image = tf.image.resize(image, scaled_size, method=tf.image.ResizeMethod.BILINEAR)
+    out_h, out_w = output_size
+    image = image[crop_offset[0]:crop_offset[0] + out_h, crop_offset[1]:crop_offset[1] + out_w]
+    image = (image - tf.constant(mean_rgb, tf.float32)) / tf.constant(stddev_rgb, tf.float32)
+    image = tf.image.pad_to_bounding_box(image, 0, 0, out_h, out_w)
+    image.set_shape([out_h, out_w, 3])
+    return image
+
+
+def boxes_to_network_pixels(boxes_normalized, scaled_size, crop_offset, output_size):
+    """Normalised [N, 4] boxes -> (float32 [N, 4] network pixels clipped to the output,
+    bool [N] whether anything of the box is left inside the crop). [ymin, xmin, ymax, xmax]."""
+    factor = tf.tile(tf.cast(scaled_size, tf.float32), [2])
+    shift = tf.tile(tf.cast(crop_offset, tf.float32), [2])
+    limit = tf.tile(tf.constant(output_size, tf.float32), [2])
+    boxes = tf.minimum(tf.maximum(boxes_normalized * factor - shift, 0.0), limit)
+    visible = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+    return boxes, visible
+
+
+def flip_left_right(image, boxes_normalized):
+    """Mirrors an [H, W, C] image and its normalised [N, 4] boxes."""
+    ymin, xmin, ymax, xmax = tf.unstack(boxes_normalized, num=4, axis=1)
+    return (tf.image.flip_left_right(image),
+            tf.stack([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=1))
+
+
+def training_window(image, boxes_normalized, random_values, output_size, *, hflip,
+                    jitter_min, jitter_max):
+    """Random flip and scale jitter of one example.
+
+    Args:
+        image: [H, W, 3]; boxes_normalized: float32 [N, 4] relative to (H, W).
+        random_values: float32 [4] uniform in [0, 1): flip (< 0.5 flips), scale, crop y, x.
+        output_size: (height, width); hflip, jitter_min, jitter_max: as in hparams_config.
+
+    Returns:
+        (image, boxes_normalized) possibly flipped, then scale_and_crop_window's triple.
+    """
+    if hflip:
+        image, boxes_normalized = tf.cond(
+            random_values[0] < 0.5, lambda: flip_left_right(image, boxes_normalized),
+            lambda: (image, boxes_normalized))
+    multiplier = jitter_min + (jitter_max - jitter_min) * random_values[1]
+    shape = tf.shape(image)
+    window = scale_and_crop_window(shape[0], shape[1], output_size, multiplier,
+                                   random_values[2:4])
+    return (image, boxes_normalized) + window
+
+
+def preprocess_for_eval(image, config):
+    """Eval/inference preprocessing of one decoded image.
+
+    Args:
+        image: uint8 [H, W, 3] RGB, any size.
+        config: hparams_config.Config or dict with image_size, mean_rgb, stddev_rgb.
+
+    Returns:
+        (float32 [h, w, 3] network input, float32 image_scale with network pixels *
+        image_scale = original pixels, int32 [2] original (height, width)).
+    """
+    output_size = hparams_config.parse_image_size(config['image_size'])
+    original_size = tf.shape(image)[:2]
+    scale, scaled, offset = scale_and_crop_window(original_size[0], original_size[1],
+                                                  output_size)
+    network_image = resize_crop_pad(image, scaled, offset, output_size, config['mean_rgb'],
+                                    config['stddev_rgb'])
+    return network_image, 1.0 / scale, original_size
+
+
+# ----------------------------------------------------------------------------- records
+
+def decode_image(encoded, fast_jpeg=False):
+    """JPEG (fast path) or PNG/GIF/BMP bytes -> uint8 [H, W, 3]."""
+    dct_method = 'INTEGER_FAST' if fast_jpeg else ''
+    image = tf.cond(
+        tf.io.is_jpeg(encoded),
+        lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method=dct_method),
+        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _optional(values, num_boxes, default):
+    return tf.cond(tf.size(values) > 0, lambda: values, lambda: default)
+
+
+def parse_record(serialized, file_pattern, num_classes):
+    """One serialized tf.train.Example -> dict of dense tensors, with the record checked.
+
+    Returns keys: encoded string, source_id int64, boxes float32 [N, 4] normalised,
+    labels int32 [N] (1..num_classes), is_crowd int32 [N], area float32 [N] (-1 where the
+    record has none: filled in original pixels by the caller).
+    """
+    parsed = tf.io.parse_single_example(serialized, _RECORD_FEATURES)
+    dense = {key: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
+             for key, value in parsed.items()}
+    boxes = tf.stack([dense[key] for key in _BOX_KEYS], axis=1)
+    labels = tf.cast(dense[fmt.OBJECT_CLASS_LABEL], tf.int32)
+    num_boxes = tf.shape(labels)[0]
+    is_crowd = _optional(tf.cast(dense[fmt.OBJECT_IS_CROWD], tf.int32), num_boxes,
+                         tf.zeros([num_boxes], tf.int32))
+    area = _optional(dense[fmt.OBJECT_AREA], num_boxes, -tf.ones([num_boxes], tf.float32))
+    where = 'a record in %s' % file_pattern
+    checks = [
+        tf.debugging.assert_positive(
+            tf.strings.length(dense[fmt.IMAGE_ENCODED]),
+            message="%s has no '%s' (required); %s" % (where, fmt.IMAGE_ENCODED,
+                                                      CONVERTER_HINT)),
+        tf.debugging.Assert(
+            tf.strings.regex_full_match(dense[fmt.IMAGE_SOURCE_ID], r'\s*-?[0-9]+\s*'),
+            ["%s has no integer '%s' (required, the COCO image id); got:" % (
+                where, fmt.IMAGE_SOURCE_ID), dense[fmt.IMAGE_SOURCE_ID]]),
+        tf.debugging.Assert(
+            tf.reduce_all(tf.equal(tf.stack([tf.shape(boxes)[0], tf.size(is_crowd),
+                                             tf.size(area)]), num_boxes)),
+            ["%s has box, '%s', '%s' and '%s' lists of different lengths" % (
+                where, fmt.OBJECT_CLASS_LABEL, fmt.OBJECT_IS_CROWD, fmt.OBJECT_AREA)]),
+        tf.debugging.Assert(
+            tf.reduce_all((labels >= 1) & (labels <= num_classes)),
+            ["%s has a '%s' outside 1..num_classes=%d; set num_classes to the label map's. "
+             "Labels:" % (where, fmt.OBJECT_CLASS_LABEL, num_classes), labels]),
+    ]
+    with tf.control_dependencies(checks):
+        return {'encoded': tf.identity(dense[fmt.IMAGE_ENCODED]),
+                'source_id': tf.strings.to_number(dense[fmt.IMAGE_SOURCE_ID], tf.int64),
+                'boxes': boxes, 'labels': labels, 'is_crowd': is_crowd, 'area': area}
+
+
+def groundtruth_rows(record, original_size, max_instances, truncate):
+    """float32 [max_instances, 7] rows [ymin, xmin, ymax, xmax, is_crowd, area, label] in
+    original pixels, padding rows -1. More boxes than rows: truncated if `truncate` (the
+    rows only serve evaluation), else an error (evaluation would silently lose boxes)."""
+    size = tf.cast(original_size, tf.float32)
+    boxes = record['boxes'] * tf.tile(size, [2])
+    box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    area = tf.where(record['area'] < 0, box_area, record['area'])
+    rows = tf.concat([boxes, tf.cast(record['is_crowd'], tf.float32)[:, None], area[:, None],
+                      tf.cast(record['labels'], tf.float32)[:, None]], axis=1)
+    if truncate:
+        rows = rows[:max_instances]
+    else:
+        check = tf.debugging.Assert(tf.shape(rows)[0] <= max_instances, [
+            'an image has more boxes than max_instances_per_image=%d; raise it with '
+            '--hparams=max_instances_per_image=N. source_id, boxes:' % max_instances,
+            record['source_id'], tf.shape(rows)[0]])
+        with tf.control_dependencies([check]):
+            rows = tf.identity(rows)
+    rows = tf.pad(rows, [[0, max_instances - tf.shape(rows)[0]], [0, 0]], constant_values=-1.0)
+    rows.set_shape([max_instances, 7])
+    return rows
+
+
+# ----------------------------------------------------------------------------- reader
+
+def _labeler(params, output_size):
+    levels = (params['min_level'], params['max_level'])
+    anchor_boxes = anchors.generate_anchor_boxes(
+        output_size[0], output_size[1], *levels, params['num_scales'], params['aspect_ratios'],
+        params['anchor_scale'])
+    return anchors.AnchorLabeler(
+        anchor_boxes, anchors.level_shapes(output_size[0], output_size[1], *levels),
+        params['num_scales'] * len(params['aspect_ratios']),
+        match_threshold=params['match_threshold'],
+        unmatched_threshold=params['unmatched_threshold'])
+
+
+def _labels_dict(targets, source_id, image_scale, original_size, groundtruth):
+    cls_targets, box_targets, num_positives = targets
+    labels = {'cls_targets_%d' % level: cls_targets[level] for level in cls_targets}
+    labels.update({'box_targets_%d' % level: box_targets[level] for level in box_targets})
+    labels.update(num_positives=num_positives, source_ids=source_id,
+                  image_scales=tf.cast(image_scale, tf.float32),
+                  image_sizes=tf.cast(original_size, tf.int32), groundtruth_data=groundtruth)
+    return labels
+
+
+class InputReader:
+    """Estimator input_fn over detection TFRecords (see the module docstring).
+
+    Args:
+        file_pattern: glob, or comma-separated globs, of TFRecord files.
+        is_training: augment, shuffle, repeat forever, drop the last partial batch.
+            Otherwise every record once (across all workers), in file order.
+        use_fake_data: one synthetic batch of the right shapes repeated from memory; reads
+            no file (input-free benchmarking).
+        num_shards, shard_index: this worker's part (input_context overrides them): whole
+            files when there are at least num_shards files, else every num_shards-th record.
+        deterministic: ordered interleave and map, seeded shuffles (seed None -> 0); two
+            runs give identical batches. Augmentation is always stateless, keyed by
+            (seed, shard, element index), so it is reproducible whenever the order is.
+        seed: base seed; None (non-deterministic mode) draws one.
+        max_examples: read only the first max_examples records of the whole (sorted file
+            order) dataset, split across workers, e.g. --eval_samples.
+    """
+
+    def __init__(self, file_pattern, is_training, *, use_fake_data=False, num_shards=1,
+                 shard_index=0, deterministic=False, seed=None, max_examples=None):
+        if not 0 <= shard_index < num_shards:
+            raise ValueError('shard_index must be in [0, num_shards=%d), got %d'
+                             % (num_shards, shard_index))
+        self._file_pattern = file_pattern
+        self._is_training = is_training
+        self._use_fake_data = use_fake_data
+        self._num_shards = num_shards
+        self._shard_index = shard_index
+        self._deterministic = deterministic
+        self._seed = seed
+        self._max_examples = max_examples
+
+    def __call__(self, params, input_context=None):
+        """Returns a tf.data.Dataset of (images float32 [B, H, W, 3], labels dict)."""
+        num_shards, shard_index = self._num_shards, self._shard_index
+        if input_context is not None:
+            num_shards = input_context.num_input_pipelines
+            shard_index = input_context.input_pipeline_id
+        output_size = hparams_config.parse_image_size(params['image_size'])
+        labeler = _labeler(params, output_size)
+        if self._use_fake_data:
+            dataset = self._fake_batches(params, output_size, labeler)
+        else:
+            seed = self._seed_for(shard_index)
+            dataset = self._records(num_shards, shard_index, seed, params)
+            process = self._example_fn(params, output_size, labeler, seed)
+            dataset = dataset.enumerate().map(process, num_parallel_calls=AUTOTUNE)
+            dataset = dataset.batch(params['batch_size'], drop_remainder=self._is_training)
+        return dataset.prefetch(AUTOTUNE).with_options(self._options())
+
+    @property
+    def _ordered(self):
+        return self._deterministic or not self._is_training or self._max_examples is not None
+
+    def _seed_for(self, shard_index):
+        seed = self._seed
+        if seed is None:
+            seed = 0 if self._deterministic else random.SystemRandom().randrange(2 ** 31)
+        # Workers share the base seed; folding the shard in decorrelates their draws.
+        return (int(seed) * 1000003 + shard_index) % (2 ** 31 - 1)
+
+    def _list_files(self):
+        patterns = [p.strip() for p in self._file_pattern.split(',') if p.strip()]
+        files = sorted({path for pattern in patterns for path in tf.io.gfile.glob(pattern)})
+        if not files:
+            raise ValueError('no TFRecord files match file_pattern %r (check the path and the '
+                             'glob); %s' % (self._file_pattern, CONVERTER_HINT))
+        return files
+
+    def _records(self, num_shards, shard_index, seed, params):
+        """Serialized examples of this worker's part; shuffled and repeated in training."""
+        files = self._list_files()
+        if self._max_examples is not None or len(files) < num_shards:
+            dataset = tf.data.TFRecordDataset(files)
+            if self._max_examples is not None:
+                dataset = dataset.take(self._max_examples)
+            dataset = dataset.shard(num_shards, shard_index)
+        else:
+            files = files[shard_index::num_shards]
+            dataset = tf.data.Dataset.from_tensor_slices(files)
+            if self._is_training:
+                dataset = dataset.shuffle(len(files), seed=seed + 1)
+            dataset = dataset.interleave(
+                tf.data.TFRecordDataset, cycle_length=min(len(files), max(2, os.cpu_count())),
+                num_parallel_calls=AUTOTUNE, deterministic=self._ordered)
+        if self._is_training:
+            dataset = dataset.shuffle(params['shuffle_buffer'], seed=seed).repeat()
+        return dataset
+
+    def _example_fn(self, params, output_size, labeler, seed):
+        """(element index, serialized Example) -> (image, labels) of one example."""
+        training = self._is_training
+
+        @tf.autograph.experimental.do_not_convert
+        def process(index, serialized):
+            record = parse_record(serialized, self._file_pattern, params['num_classes'])
+            image = decode_image(record['encoded'], fast_jpeg=training)
+            original_size = tf.shape(image)[:2]
+            boxes = record['boxes']
+            if training:
+                random_values = tf.random.stateless_uniform(
+                    [4], seed=tf.stack([tf.constant(seed, tf.int64), index]))
+                image, boxes, scale, scaled, offset = training_window(
+                    image, boxes, random_values, output_size, hflip=params['input_rand_hflip'],
+                    jitter_min=params['jitter_min'], jitter_max=params['jitter_max'])
+            else:
+                scale, scaled, offset = scale_and_crop_window(
+                    original_size[0], original_size[1], output_size)
+            network_image = resize_crop_pad(image, scaled, offset, output_size,
+                                            params['mean_rgb'], params['stddev_rgb'])
+            network_boxes, visible = boxes_to_network_pixels(boxes, scaled, offset, output_size)
+            keep = visible
+            if training and params['skip_crowd_during_training']:
+                keep &= tf.equal(record['is_crowd'], 0)
+            classes = tf.where(keep, record['labels'] - 1, -1)
+            targets = labeler.label(network_boxes, classes, record['is_crowd'])
+            groundtruth = groundtruth_rows(record, original_size,
+                                           params['max_instances_per_image'], truncate=training)
+            return network_image, _labels_dict(targets, record['source_id'], 1.0 / scale,
+                                               original_size, groundtruth)
+        return process
+
+    def _fake_batches(self, params, output_size, labeler):
+        """One plausible batch, computed once, cached and repeated (no file, no decode)."""
+        height, width = output_size
+        boxes = tf.constant([[0.1, 0.1, 0.5, 0.4], [0.3, 0.5, 0.9, 0.9]], tf.float32) * (
+            tf.constant([height, width, height, width], tf.float32))
+        classes = tf.constant([0, min(1, params['num_classes'] - 1)], tf.int32)
+        labels_1based = tf.cast(classes + 1, tf.float32)[:, None]
+        rows = tf.concat([boxes, tf.zeros([2, 1]),
+                          ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]))[:, None],
+                          labels_1based], axis=1)
+        max_instances = params['max_instances_per_image']
+        groundtruth = tf.pad(rows[:max_instances], [[0, max(0, max_instances - 2)], [0, 0]],
+                             constant_values=-1.0)
+
+        def example(_):
+            image = tf.random.stateless_normal([height, width, 3], seed=[7, 11])
+            targets = labeler.label(boxes, classes, tf.zeros([2], tf.int32))
+            return image, _labels_dict(targets, tf.constant(1, tf.int64), 1.0,
+                                       tf.constant([height, width]), groundtruth)
+        batch_size = params['batch_size']
+        return (tf.data.Dataset.range(batch_size).map(example)
+                .batch(batch_size, drop_remainder=True).cache().repeat())
+
+    def _options(self):
+        options = tf.data.Options()
+        options.deterministic = self._ordered
+        # One thread per op: the parallel map already spreads examples over the cores, and
+        # intra-op threads on a small machine only contend with it (tf.data guide).
+        options.threading.max_intra_op_parallelism = 1
+        options.experimental_optimization.map_parallelization = True
+        options.experimental_optimization.parallel_batch = True
+        return options

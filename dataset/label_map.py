@@ -1,0 +1,141 @@
+"""Label map: contiguous training labels 1..N <-> the source dataset's category ids.
+
+Format of `<prefix>-label_map.json`, written beside the TFRecord shards (docs/CONTRACTS.md):
+
+    {"num_classes": 3, "classes": [{"label": 1, "category_id": 11, "name": "circle"}, ...]}
+
+Labels are assigned to categories sorted by category id, so a dataset's label map does not
+depend on the order of its JSON. The network's class index is `label - 1`; `category_id` is
+what results files and metrics report.
+"""
+import dataclasses
+import json
+import os
+import re
+from typing import Dict, Iterable, Mapping, Optional
+
+import tensorflow as tf
+
+LABEL_MAP_SUFFIX = '-label_map.json'
+# '-00003-of-00032.tfrecord', '-*-of-00032.tfrecord', '-?????-of-?????' ...
+_SHARD_SUFFIX = re.compile(r'-[^-/]+-of-[^-/]+$')
+_GLOB_CHARS = re.compile(r'[*?\[]')
+
+
+class LabelMapError(ValueError):
+    """A label map file is malformed; the message names the file and the problem."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelMap:
+    """Mapping between contiguous labels 1..num_classes and source category ids/names."""
+    num_classes: int
+    label_to_category_id: Dict[int, int]
+    label_to_name: Dict[int, str]
+    category_id_to_label: Dict[int, int]
+
+    @classmethod
+    def from_categories(cls, categories: Iterable[Mapping]) -> 'LabelMap':
+        """Labels 1..N in ascending category-id order. `categories`: COCO dicts with id, name."""
+        ordered = sorted(categories, key=lambda category: category['id'])
+        ids = [int(category['id']) for category in ordered]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f'duplicate category ids in {ids}')
+        label_to_category_id = {index + 1: cid for index, cid in enumerate(ids)}
+        label_to_name = {index + 1: str(category['name']) for index, category in enumerate(ordered)}
+        return cls(num_classes=len(ids), label_to_category_id=label_to_category_id,
+                   label_to_name=label_to_name,
+                   category_id_to_label={cid: label for label, cid in label_to_category_id.items()})
+
+    def to_json_dict(self) -> dict:
+        classes = [{'label': label, 'category_id': self.label_to_category_id[label],
+                    'name': self.label_to_name[label]} for label in range(1, self.num_classes + 1)]
+        return {'num_classes': self.num_classes, 'classes': classes}
+
+
+def write_label_map(path: str, categories: Iterable[Mapping]) -> LabelMap:
+    """Writes the label map for COCO `categories` (dicts with id, name) atomically to `path`."""
+    label_map = LabelMap.from_categories(categories)
+    temp_path = f'{path}.tmp-{os.getpid()}'
+    with tf.io.gfile.GFile(temp_path, 'w') as handle:
+        json.dump(label_map.to_json_dict(), handle, indent=2)
+        handle.write('\n')
+    tf.io.gfile.rename(temp_path, path, overwrite=True)
+    return label_map
+
+
+def _parse_classes(path: str, content) -> LabelMap:
+    if not isinstance(content, dict) or not isinstance(content.get('classes'), list):
+        raise LabelMapError(f'label map {path}: expected an object with a "classes" list.')
+    label_to_category_id, label_to_name = {}, {}
+    for index, entry in enumerate(content['classes']):
+        if (not isinstance(entry, dict) or not _is_int(entry.get('label'))
+                or not _is_int(entry.get('category_id')) or not isinstance(entry.get('name'), str)):
+            raise LabelMapError(f'label map {path}: classes[{index}] = {entry!r} needs an integer '
+                                f'"label", an integer "category_id" and a string "name".')
+        if entry['label'] in label_to_category_id:
+            raise LabelMapError(f'label map {path}: label {entry["label"]} appears twice.')
+        label_to_category_id[entry['label']] = entry['category_id']
+        label_to_name[entry['label']] = entry['name']
+    num_classes = len(label_to_category_id)
+    if sorted(label_to_category_id) != list(range(1, num_classes + 1)):
+        raise LabelMapError(f'label map {path}: labels must be exactly 1..{num_classes}, got '
+                            f'{sorted(label_to_category_id)}.')
+    if content.get('num_classes') != num_classes:
+        raise LabelMapError(f'label map {path}: "num_classes" is {content.get("num_classes")!r} '
+                            f'but {num_classes} classes are listed.')
+    category_id_to_label = {cid: label for label, cid in label_to_category_id.items()}
+    if len(category_id_to_label) != num_classes:
+        raise LabelMapError(f'label map {path}: a category_id is used by two labels.')
+    return LabelMap(num_classes, label_to_category_id, label_to_name, category_id_to_label)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def load_label_map(path: str) -> LabelMap:
+    """Reads and validates a label map; raises LabelMapError naming `path` when malformed."""
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f'label map {path} does not exist; it is written by '
+                                f'dataset/create_coco_tfrecord.py beside the shards.')
+    with tf.io.gfile.GFile(path, 'r') as handle:
+        text = handle.read()
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise LabelMapError(f'label map {path} is not valid JSON: {error.msg} at line '
+                            f'{error.lineno} column {error.colno}.') from None
+    return _parse_classes(path, content)
+
+
+def _prefix_candidates(file_pattern: str):
+    """Yields dataset prefixes ('/data/train') that `file_pattern` may belong to."""
+    directory, name = os.path.split(file_pattern)
+    stem = _SHARD_SUFFIX.sub('', name)
+    stem = _GLOB_CHARS.split(stem, maxsplit=1)[0]
+    stem = re.sub(r'\.tfrecord$', '', stem).rstrip('-_.')
+    if stem:
+        yield os.path.join(directory, stem)
+    if _GLOB_CHARS.search(file_pattern):
+        # A pattern like '/data/*.tfrecord' names no prefix: look at a file it matches.
+        matches = sorted(tf.io.gfile.glob(file_pattern))
+        if matches:
+            directory, name = os.path.split(matches[0])
+            yield os.path.join(directory, re.sub(r'\.tfrecord$', '', _SHARD_SUFFIX.sub('', name)))
+
+
+def label_map_path_for(file_pattern_or_prefix: str) -> Optional[str]:
+    """Finds `<prefix>-label_map.json` for a shard pattern or prefix; None when absent.
+
+    Accepts '/data/train-*-of-00032.tfrecord', '/data/train-00000-of-00032.tfrecord',
+    '/data/train*' or the prefix '/data/train'; of a comma-separated list the first entry.
+    """
+    first_pattern = file_pattern_or_prefix.split(',')[0].strip()
+    if not first_pattern:
+        return None
+    for prefix in _prefix_candidates(first_pattern):
+        candidate = prefix + LABEL_MAP_SUFFIX
+        if tf.io.gfile.exists(candidate):
+            return candidate
+    return None

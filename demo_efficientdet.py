@@ -1,0 +1,399 @@
+"""Launches main.py: as one process, on one box under mpirun, on many boxes, or in a Kubeflow
+MPIJob launcher pod.
+
+    python demo_efficientdet.py [--use_horovod N] [--hls_type HLS1|HLS1-H|HLS2]
+        [--kubernetes_run] [--dry_run] [--main_script PATH] <main.py flags>
+
+Only the launcher's own flags are read here; every other argument reaches main.py unchanged and
+in order. main.py is not told it runs distributed by a flag: it sees OMPI_COMM_WORLD_SIZE > 1 and
+initialises Horovod itself. Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT,
+MPI_TCP_INCLUDE, MPI_MAP_BY, HCL_PORT, HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and
+OMPI_MCA_orte_default_hostfile (see k8s/README.md and the project README).
+"""
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import hccl_config
+from hccl_config import ClusterConfigError, Host
+
+USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --helpfull>
+  --use_horovod N   ranks per box, run under mpirun (N >= 1)
+  --hls_type T      box type for the HCL config: HLS1 (8 Gaudi), HLS1-H (4), HLS2 (8 Gaudi2)
+  --kubernetes_run  run inside an MPIJob launcher pod (hostfile from the mpi-operator)
+  --dry_run         print the command, HCL config and hostfile; launch nothing
+  --main_script P   entry point to launch (default: main.py beside this file)
+  --                everything after it goes to main.py, even launcher flag names"""
+
+_BOOL_FLAGS = ("kubernetes_run", "dry_run")
+_VALUE_FLAGS = ("use_horovod", "hls_type", "main_script")
+_TRUE_WORDS = ("true", "t", "1")
+_FALSE_WORDS = ("false", "f", "0")
+_BOOLEAN_LOOKING = _TRUE_WORDS + _FALSE_WORDS + ("yes", "no", "y", "n")
+_FLAG = re.compile(r"--?([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", re.DOTALL)
+_EXPORTED_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
+                   "HCL_CONFIG_PATH")
+_EXPORTED_PREFIXES = ("TF_", "HOROVOD_", "HABANA_", "HCL_", "HCCL_")
+_DEFAULT_K8S_HOSTFILE = "/etc/mpi/hostfile"
+_DEFAULT_SSHD_PORT = 3022
+_PROGRAM = "demo_efficientdet.py"
+
+
+class LaunchError(ValueError):
+    """A launcher flag or environment setting is wrong; the message names it and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LauncherArgs:
+    use_horovod: int | None = None
+    hls_type: str = hccl_config.DEFAULT_HLS_TYPE
+    kubernetes_run: bool = False
+    dry_run: bool = False
+    main_script: str | None = None
+    show_help: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """What the launcher will run. `files` are (path, text) pairs written before launching."""
+    command: list
+    env: dict
+    hcl_config: dict | None = None
+    hcl_config_path: str | None = None
+    hostfile_path: str | None = None
+    hostfile_contents: str | None = None
+    files: tuple = ()
+    warnings: tuple = ()
+    dry_run: bool = False
+    show_help: bool = False
+
+    @property
+    def uses_mpirun(self):
+        return self.command[:1] == ["mpirun"]
+
+
+def parse_launcher_argv(argv):
+    """Splits `argv` (without the program name) into LauncherArgs and the args for main.py.
+
+    Flags are written as absl writes them: `--flag=value`, `--flag value`, one or two dashes,
+    booleans as `--flag`, `--flag=true|false|t|f|1|0` or `--noflag`. `--flag false` is refused:
+    absl's FLAGS(argv, known_only=True) reads it as --flag=true and passes `false` on to main.py
+    as a positional, which is why this exact parser is used instead.
+    """
+    values, forwarded, index = {}, [], 0
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        match = _FLAG.fullmatch(arg)
+        name, value = (match.group(1), match.group(2)) if match else (None, None)
+        if arg == "--":
+            forwarded.extend(argv[index:])
+            break
+        if name in ("help", "h"):
+            values["show_help"] = True
+        elif name in _BOOL_FLAGS or (name or "").removeprefix("no") in _BOOL_FLAGS:
+            flag, setting = _parse_boolean(arg, name, value, argv[index:index + 1])
+            values[flag] = setting
+        elif name in _VALUE_FLAGS:
+            if value is None:
+                if index == len(argv):
+                    raise LaunchError(f"--{name} needs a value, as in --{name}=VALUE")
+                value, index = argv[index], index + 1
+            values[name] = value
+        else:
+            forwarded.append(arg)
+    return _check_launcher_values(values), forwarded
+
+
+def _parse_boolean(arg, name, value, next_args):
+    flag = name if name in _BOOL_FLAGS else name.removeprefix("no")
+    spelled_out = f"write --{flag}=true or --{flag}=false"
+    if value is not None:
+        if flag != name:
+            raise LaunchError(f"{arg!r}: --no{flag} takes no value; {spelled_out}")
+        if value.lower() in _TRUE_WORDS + _FALSE_WORDS:
+            return flag, value.lower() in _TRUE_WORDS
+        raise LaunchError(f"{arg!r}: --{flag} is true or false; {spelled_out}")
+    if next_args and next_args[0].lower() in _BOOLEAN_LOOKING:
+        raise LaunchError(f"'{arg} {next_args[0]}' is ambiguous: a boolean flag takes no "
+                          f"separate value; {spelled_out}")
+    return flag, flag == name
+
+
+def _check_launcher_values(values):
+    ranks = values.get("use_horovod")
+    if ranks is not None:
+        if not re.fullmatch(r"[0-9]+", ranks) or int(ranks) < 1:
+            raise LaunchError(f"--use_horovod={ranks!r} is not a rank count; give the number of "
+                              f"ranks per box as a positive integer, e.g. --use_horovod 8")
+        values["use_horovod"] = int(ranks)
+    if "hls_type" in values:
+        hccl_config.check_hls_type(values["hls_type"])
+    return LauncherArgs(**values)
+
+
+def model_dir_from(forwarded):
+    """The last --model_dir given to main.py (absl: the last one wins), or None."""
+    model_dir = None
+    for index, arg in enumerate(forwarded):
+        match = re.fullmatch(r"--?model_dir(?:=(.*))?", arg, re.DOTALL)
+        if match and match.group(1) is not None:
+            model_dir = match.group(1)
+        elif match and index + 1 < len(forwarded):
+            model_dir = forwarded[index + 1]
+    return model_dir
+
+
+def exported_names(env):
+    """Names passed to the ranks with `-x`: the fixed list, then prefixed names, if set."""
+    fixed = [name for name in _EXPORTED_NAMES if name in env]
+    prefixed = sorted(name for name in env
+                      if name.startswith(_EXPORTED_PREFIXES) and name not in fixed)
+    return fixed + prefixed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Site:
+    """Where the ranks run: hosts in rank order and the hostfile telling mpirun so."""
+    hosts: list
+    hostfile: str | None = None
+    hostfile_text: str | None = None
+    write_hostfile: bool = False  # False: the mpi-operator wrote it
+    flags: tuple = ()
+
+
+def _single_box_site(args):
+    return _Site([Host("localhost", args.use_horovod)])
+
+
+def _multi_box_site(args, environ, work_dir):
+    hosts = hccl_config.hosts_from_ip_list(environ["MULTI_HLS_IPS"], args.use_horovod)
+    port_text = environ.get("DOCKER_SSHD_PORT")
+    port = (hccl_config.parse_port(port_text, "DOCKER_SSHD_PORT") if port_text
+            else _DEFAULT_SSHD_PORT)
+    return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{len(hosts) * args.use_horovod}"),
+                 hccl_config.format_hostfile(hosts), True, ("--mca", "plm_rsh_args", f"-p {port}"))
+
+
+def _kubernetes_site(args, environ, work_dir):
+    path = environ.get("OMPI_MCA_orte_default_hostfile") or _DEFAULT_K8S_HOSTFILE
+    text = hccl_config.read_hostfile(path, "--kubernetes_run needs the MPIJob launcher pod's "
+                                           "hostfile, or OMPI_MCA_orte_default_hostfile naming one")
+    hosts = hccl_config.parse_hostfile(text, repr(path))
+    for host in hosts:
+        if host.slots is None and args.use_horovod is None:
+            raise LaunchError(f"hostfile {path!r}: host {host.name!r} has no slots=; add "
+                              f"slots=N (slotsPerWorker in the MPIJob) or pass --use_horovod N")
+        if host.slots is not None and args.use_horovod not in (None, host.slots):
+            raise LaunchError(f"--use_horovod {args.use_horovod} disagrees with hostfile "
+                              f"{path!r} ({host.name} slots={host.slots}); drop --use_horovod "
+                              f"or set slotsPerWorker: {args.use_horovod} in the MPIJob")
+    if all(host.slots is not None for host in hosts):
+        return _Site(hosts, path, text)
+    # Bare lines get explicit slots so Open MPI places ranks exactly as HCL_RANKS says.
+    hosts = [Host(host.name, host.slots or args.use_horovod) for host in hosts]
+    total = sum(host.slots for host in hosts)
+    return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{total}"),
+                 hccl_config.format_hostfile(hosts), True)
+
+
+def _site(args, environ, work_dir):
+    if args.kubernetes_run:
+        if environ.get("MULTI_HLS_IPS"):
+            raise LaunchError("MULTI_HLS_IPS is set together with --kubernetes_run; in an MPIJob "
+                              "the hosts come from the operator's hostfile: unset MULTI_HLS_IPS")
+        return _kubernetes_site(args, environ, work_dir)
+    if environ.get("MULTI_HLS_IPS", "").strip():
+        return _multi_box_site(args, environ, work_dir)
+    return _single_box_site(args)
+
+
+def _tcp_include_flags(environ):
+    interface = environ.get("MPI_TCP_INCLUDE")
+    if not interface:
+        return []
+    return ["--mca", "btl_tcp_if_include", interface, "--mca", "oob_tcp_if_include", interface]
+
+
+def _hcl_setup(hosts, args, environ, work_dir):
+    """(path, config, files to write) for the HCL config; an existing HCL_CONFIG_PATH is kept."""
+    existing = environ.get("HCL_CONFIG_PATH")
+    if existing:
+        return existing, hccl_config.read_config(existing), ()
+    config = hccl_config.build_hcl_config(hosts, args.hls_type, environ)
+    path = hccl_config.config_path(environ, work_dir, sum(host.slots for host in hosts))
+    return path, config, ((path, hccl_config.config_json(config)),)
+
+
+def _work_dir(forwarded):
+    """Where generated files go: main.py's --model_dir if it is a local path, else a temp dir."""
+    model_dir = model_dir_from(forwarded)
+    if model_dir and "://" not in model_dir:
+        return os.path.abspath(model_dir)
+    return os.path.join(tempfile.gettempdir(), f"efficientdet_launch_{os.getpid()}")
+
+
+def _layout_warnings(args, hosts, environ, forwarded, hcl_path):
+    warnings = []
+    cards = hccl_config.HLS_CARDS[args.hls_type]
+    busiest = max(host.slots for host in hosts)
+    if busiest > cards:
+        warnings.append(f"{busiest} ranks on one box but an {args.hls_type} box has {cards} "
+                        f"Gaudi cards; fine on CPU, on Gaudi use at most {cards} per box")
+    shared = model_dir_from(forwarded) or environ.get("HCL_CONFIG_AUTOGEN_PATH")
+    if len(hosts) > 1 and not environ.get("HCL_CONFIG_PATH") and not shared:
+        warnings.append(f"HCL config {hcl_path} is on local disk but ranks on every box read "
+                        f"that path: pass --model_dir on shared storage or set "
+                        f"HCL_CONFIG_AUTOGEN_PATH")
+    return warnings
+
+
+def _mpirun_command(site, placement, oversubscribe, environ, env):
+    command = ["mpirun", "--allow-run-as-root", "--tag-output", "--merge-stderr-to-stdout",
+               *placement, *(["--oversubscribe"] if oversubscribe else []),
+               "-np", str(sum(host.slots for host in site.hosts))]
+    if site.hostfile is not None:
+        command += ["--hostfile", site.hostfile, *site.flags, *_tcp_include_flags(environ)]
+    for name in exported_names(env):
+        command += ["-x", name]
+    return command
+
+
+def _mpi_launch(args, forwarded, program, environ, cores):
+    if not shutil.which("mpirun", path=environ.get("PATH", os.defpath)):
+        raise LaunchError("mpirun not found on PATH; install Open MPI (apt-get install "
+                          "openmpi-bin) or add its bin directory to PATH")
+    work_dir = _work_dir(forwarded)
+    site = _site(args, environ, work_dir)
+    hcl_path, hcl_config, files = _hcl_setup(site.hosts, args, environ, work_dir)
+    if site.write_hostfile:
+        files += ((site.hostfile, site.hostfile_text),)
+    env = dict(environ, HCL_CONFIG_PATH=hcl_path)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # a dying rank's last lines reach the log
+    ranks_per_box = max(host.slots for host in site.hosts)
+    map_by = hccl_config.map_by_from_env(environ, args.kubernetes_run)
+    placement, warning = hccl_config.placement_flags(map_by, ranks_per_box, cores)
+    # Without a hostfile Open MPI allows one rank per core; a hostfile's slots= lift that.
+    oversubscribe = site.hostfile is None and ranks_per_box > cores
+    command = _mpirun_command(site, placement, oversubscribe, environ, env)
+    warnings = ([warning] if warning else []) + _layout_warnings(args, site.hosts, environ,
+                                                                 forwarded, hcl_path)
+    return Launch(command + program, env, hcl_config, hcl_path, site.hostfile, site.hostfile_text,
+                  files, tuple(warnings), args.dry_run)
+
+
+def build_launch(argv, environ, *, cores=None, python=None):
+    """The Launch for `argv` (the arguments after the program name) in `environ`.
+
+    Pure: reads the environment, the hostfile and an existing HCL config but writes nothing.
+    `cores` (physical cores per box) and `python` (the interpreter running main.py) default to
+    this machine's count and sys.executable. Raises LaunchError or ClusterConfigError.
+    """
+    args, forwarded = parse_launcher_argv(argv)
+    if args.show_help:
+        return Launch([], {}, show_help=True)
+    main_script = os.path.abspath(args.main_script or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "main.py"))
+    if not os.path.isfile(main_script):
+        raise LaunchError(f"--main_script={main_script!r} does not exist; pass the training "
+                          f"entry point (default: main.py beside {_PROGRAM})")
+    program = [python or sys.executable, main_script, *forwarded]
+    if args.use_horovod is None and not args.kubernetes_run:
+        warnings = (("MULTI_HLS_IPS has no effect without --use_horovod N",)
+                    if environ.get("MULTI_HLS_IPS") else ())
+        return Launch(program, dict(environ), warnings=warnings, dry_run=args.dry_run)
+    cores = cores or hccl_config.count_physical_cores()
+    return _mpi_launch(args, forwarded, program, environ, cores)
+
+
+def describe(launch):
+    """Dry-run text: the command on one line, then the HCL config and hostfile as comments."""
+    lines = [shlex.join(launch.command)]
+    if launch.hcl_config is not None:
+        lines.append(f"# HCL config {launch.hcl_config_path}:")
+        lines.append(hccl_config.config_json(launch.hcl_config).rstrip("\n"))
+    if launch.hostfile_path is not None:
+        lines.append(f"# hostfile {launch.hostfile_path}:")
+        lines.append(launch.hostfile_contents.rstrip("\n"))
+    return "\n".join(lines)
+
+
+# What the launcher sends mpirun when it receives each signal.
+_FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+                      signal.SIGHUP: signal.SIGTERM}
+
+
+def run_mpirun(command, env):
+    """Runs mpirun; returns its exit status (128+N if it died of signal N, as a shell says).
+
+    mpirun gets a process group of its own and the launcher passes SIGINT, SIGTERM and SIGHUP on,
+    so a signal sent to the launcher's whole group (Ctrl-C, `timeout`, a batch system) reaches
+    mpirun exactly once: with Open MPI 4.1 a second signal during its abort sometimes left
+    ranks running. Outside the terminal's foreground group mpirun must not read the terminal,
+    so its stdin is /dev/null (training reads none).
+    """
+    child = []
+
+    def forward(signum, _frame):
+        if child and child[0].poll() is None:
+            child[0].send_signal(_FORWARDED_SIGNALS[signum])
+
+    previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED_SIGNALS}
+    try:
+        child.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                      process_group=0))
+        returncode = child[0].wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def exec_single_process(command, env):
+    """Replaces the launcher with main.py: signals, stdin and exit status are then main.py's."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(command[0], command, env)
+
+
+def _fail(message):
+    print(f"{_PROGRAM}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None, environ=None):
+    """Command-line entry: returns the exit status (2 for bad input, else the child's)."""
+    environ = os.environ if environ is None else environ
+    try:
+        launch = build_launch(sys.argv[1:] if argv is None else argv, environ)
+    except (LaunchError, ClusterConfigError) as error:
+        return _fail(error)
+    if launch.show_help:
+        print(USAGE)
+        return 0
+    for warning in launch.warnings:
+        print(f"{_PROGRAM}: warning: {warning}", file=sys.stderr)
+    if launch.dry_run:
+        print(describe(launch))
+        return 0
+    for path, text in launch.files:
+        try:
+            hccl_config.write_text_atomically(path, text)
+        except OSError as error:
+            return _fail(f"cannot write {path} ({error.strerror}); pass a writable --model_dir "
+                         f"or set HCL_CONFIG_AUTOGEN_PATH")
+    print(f"{_PROGRAM}: running: {describe(launch)}", file=sys.stderr, flush=True)
+    if not launch.uses_mpirun:
+        exec_single_process(launch.command, launch.env)
+    return run_mpirun(launch.command, launch.env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""TPUEstimator-style `model_fn(features, labels, mode, params)` for tf.compat.v1.estimator.
+
+TRAIN: focal + box loss, L2 weight decay, momentum SGD on a warm-up + cosine (or step) schedule
+scaled with the global batch, gradient clipping, an exponential moving average of the weights.
+EVAL: the losses of the EMA weights. PREDICT: detections of the EMA weights in original image
+pixels (what COCO evaluation and export consume).
+
+`params` is the resolved config (hparams_config.Config.as_dict()) plus the run settings that
+main.py adds: batch_size (per rank), global_batch_size, steps_per_epoch, total_steps,
+compute_dtype, and optionally backbone_ckpt / ckpt for warm starts.
+"""
+import math
+import re
+
+import tensorflow as tf
+
+import anchors
+import efficientdet_arch
+import hparams_config
+import losses
+import postprocess
+import runtime
+import warm_start
+
+tf1 = tf.compat.v1
+
+# Images, ids, scales and ground truth travel as features in PREDICT mode (Estimator.predict
+# drops labels), so evaluation can gather everything it needs from the predictions.
+PREDICT_PASSTHROUGH = ('source_ids', 'image_scales', 'image_sizes', 'groundtruth_data')
+# Scalars the training log reads, in this order, from the graph collection of that name.
+TRAIN_LOG_COLLECTION = 'train_log_scalars'
+TRAIN_LOG_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss', 'learning_rate',
+                  'grad_norm')
+_L2_VARIABLE_RE = re.compile(r'.*(kernel|weights):0$')
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or the gradients stopped being finite; weights were left untouched."""
+
+
+def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps, total_steps,
+                           decay_method='cosine', first_drop_step=0, second_drop_step=0):
+    """Linear warm-up from warmup_init to base_rate, then cosine / step / constant.
+
+    Args:
+      global_step: int64 scalar tensor.
+      base_rate, warmup_init: floats, already scaled for the global batch.
+      warmup_steps, total_steps, first_drop_step, second_drop_step: ints.
+    Returns: float32 scalar tensor.
+    """
+    step = tf.cast(global_step, tf.float32)
+    warmup_steps = max(int(warmup_steps), 1)
+    warmup_rate = warmup_init + (base_rate - warmup_init) * step / warmup_steps
+    if decay_method == 'cosine':
+        decay_span = float(max(total_steps - warmup_steps, 1))
+        progress = tf.clip_by_value((step - warmup_steps) / decay_span, 0.0, 1.0)
+        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
+    elif decay_method == 'stepwise':
+        decayed = tf1.train.piecewise_constant(
+            step, [float(first_drop_step), float(second_drop_step)],
+            [base_rate, base_rate * 0.1, base_rate * 0.01])
+    else:
+        decayed = tf.constant(base_rate, tf.float32)
+    return tf.where(step < warmup_steps, warmup_rate, decayed)
+
+
+def _scaled_learning_rates(params):
+    scale = params['global_batch_size'] / float(params['lr_base_batch_size'])
+    return params['learning_rate'] * scale, params['lr_warmup_init'] * scale
+
+
+def _build_network(features, params, is_training):
+    config = hparams_config.Config(
+        {k: v for k, v in params.items() if k in hparams_config.get_efficientdet_config().keys()})
+    images = features['images'] if isinstance(features, dict) else features
+    allreduce = runtime.allreduce_mean if params.get('sync_batch_norm') else None
+    return efficientdet_arch.build_model(
+        images, config, is_training=is_training, allreduce_mean_fn=allreduce,
+        compute_dtype=params.get('compute_dtype', 'float32'))
+
+
+def _anchor_boxes(params):
+    height, width = hparams_config.parse_image_size(params['image_size'])
+    return anchors.generate_anchor_boxes(
+        height, width, params['min_level'], params['max_level'], params['num_scales'],
+        params['aspect_ratios'], params['anchor_scale'])
+
+
+def _detection_losses(class_outputs, box_outputs, labels, params):
+    levels = range(params['min_level'], params['max_level'] + 1)
+    num_positives_sum = tf.reduce_sum(labels['num_positives'])
+    if runtime.is_distributed():
+        # Every rank normalises by the same count: the mean over ranks of the per-rank sums.
+        num_positives_sum = runtime.allreduce_mean(num_positives_sum)
+    return losses.detection_loss(
+        class_outputs, box_outputs,
+        {l: labels['cls_targets_%d' % l] for l in levels},
+        {l: labels['box_targets_%d' % l] for l in levels},
+        labels['num_positives'],
+        normalizer=num_positives_sum + 1.0,
+        num_classes=params['num_classes'],
+        anchors_per_location=params['num_scales'] * len(params['aspect_ratios']),
+        alpha=params['alpha'], gamma=params['gamma'], delta=params['delta'],
+        box_loss_weight=params['box_loss_weight'], label_smoothing=params['label_smoothing'],
+        iou_loss_type=params['iou_loss_type'], iou_loss_weight=params['iou_loss_weight'],
+        anchor_boxes=_anchor_boxes(params) if params['iou_loss_type'] != 'none' else None)
+
+
+def _weight_decay_loss(weight_decay):
+    kernels = [v for v in tf1.trainable_variables() if _L2_VARIABLE_RE.match(v.name)]
+    if not kernels or weight_decay <= 0:
+        return tf.constant(0.0)
+    return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in kernels])
+
+
+def ema_variables():
+    """Trainable variables plus batch-norm moving statistics: what the EMA tracks."""
+    moving = [v for v in tf1.global_variables()
+              if v.name.split('/')[-1].startswith(('moving_mean', 'moving_variance'))]
+    return list(tf1.trainable_variables()) + moving
+
+
+def _optimizer(params, learning_rate):
+    if params['optimizer'] == 'adam':
+        optimizer = tf1.train.AdamOptimizer(learning_rate)
+    else:
+        optimizer = tf1.train.MomentumOptimizer(learning_rate, momentum=params['momentum'])
+    return runtime.distributed_optimizer(optimizer)
+
+
+def _train_op(total_loss, params, learning_rate):
+    """Gradients (averaged across ranks), clipping, a finite-guarded update and the EMA."""
+    global_step = tf1.train.get_or_create_global_step()
+    optimizer = _optimizer(params, learning_rate)
+    variables = tf1.trainable_variables()
+    loss_scale = 2.0 ** 12 if params.get('compute_dtype') == 'float16' else 1.0
+    grads_and_vars = optimizer.compute_gradients(total_loss * loss_scale, variables)
+    grads = [tf.cast(g, tf.float32) / loss_scale for g, _ in grads_and_vars]
+    global_norm = tf.linalg.global_norm(grads)
+    if params['clip_gradients_norm'] > 0:
+        grads, _ = tf.clip_by_global_norm(grads, params['clip_gradients_norm'],
+                                          use_norm=global_norm)
+    # The averaged gradients are identical on every rank, so every rank takes the same branch.
+    finite = tf.logical_and(tf.math.is_finite(global_norm), tf.math.is_finite(total_loss))
+    update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+
+    def apply():
+        with tf.control_dependencies(update_ops):
+            step = optimizer.apply_gradients(list(zip(grads, variables)), global_step)
+        with tf.control_dependencies([step]):
+            ema = tf1.train.ExponentialMovingAverage(params['moving_average_decay'],
+                                                     num_updates=global_step)
+            return tf.group(ema.apply(ema_variables()))
+
+    # Build the EMA slots outside the cond so they exist for savers; cond picks the branch.
+    train_op = tf.cond(finite, lambda: _as_bool(apply()), lambda: tf.constant(False))
+    return train_op, global_norm, finite
+
+
+def _as_bool(op):
+    with tf.control_dependencies([op]):
+        return tf.constant(True)
+
+
+def _ema_scaffold(params):
+    """A Scaffold whose saver loads the EMA shadow values into the model variables."""
+    ema = tf1.train.ExponentialMovingAverage(params['moving_average_decay'])
+    variables = ema.variables_to_restore(ema_variables())
+    return tf1.train.Scaffold(saver=tf1.train.Saver(variables, sharded=True))
+
+
+def _predict_spec(features, class_outputs, box_outputs, params):
+    nms = params['nms_configs']
+    height, width = hparams_config.parse_image_size(params['image_size'])
+    batch = tf.shape(features['images'])[0]
+    image_ids = features.get('source_ids', tf.zeros([batch], tf.int64))
+    scales = features.get('image_scales', tf.ones([batch], tf.float32))
+    sizes = features.get('image_sizes', tf.tile([[height, width]], [batch, 1]))
+    detections, num_detections = postprocess.generate_detections(
+        class_outputs, box_outputs, _anchor_boxes(params), image_ids, scales, sizes,
+        num_classes=params['num_classes'], method=nms['method'],
+        iou_thresh=nms['iou_thresh'], score_thresh=nms['score_thresh'], sigma=nms['sigma'],
+        max_nms_inputs=nms['max_nms_inputs'], max_output_size=nms['max_output_size'])
+    predictions = {'detections': detections, 'num_detections': num_detections}
+    for key in PREDICT_PASSTHROUGH:
+        if key in features:
+            predictions[key] = features[key]
+    return tf1.estimator.EstimatorSpec(
+        tf1.estimator.ModeKeys.PREDICT, predictions=predictions, scaffold=_ema_scaffold(params))
+
+
+def model_fn(features, labels, mode, params):
+    """Estimator model_fn; see the module docstring for `params`."""
+    is_training = mode == tf1.estimator.ModeKeys.TRAIN
+    class_outputs, box_outputs = _build_network(features, params, is_training)
+    if mode == tf1.estimator.ModeKeys.PREDICT:
+        return _predict_spec(features, class_outputs, box_outputs, params)
+
+    loss_terms = _detection_losses(class_outputs, box_outputs, labels, params)
+    l2_loss = _weight_decay_loss(params['weight_decay'])
+    total_loss = loss_terms['total_loss'] + l2_loss
+    if mode == tf1.estimator.ModeKeys.EVAL:
+        metrics = {'eval/' + k: tf1.metrics.mean(v) for k, v in loss_terms.items()}
+        return tf1.estimator.EstimatorSpec(mode, loss=total_loss, eval_metric_ops=metrics,
+                                           scaffold=_ema_scaffold(params))
+
+    global_step = tf1.train.get_or_create_global_step()
+    base_rate, warmup_init = _scaled_learning_rates(params)
+    steps_per_epoch = params['steps_per_epoch']
+    learning_rate = learning_rate_schedule(
+        global_step, base_rate=base_rate, warmup_init=warmup_init,
+        warmup_steps=int(params['lr_warmup_epoch'] * steps_per_epoch),
+        total_steps=params['total_steps'], decay_method=params['lr_decay_method'],
+        first_drop_step=int(params['first_lr_drop_epoch'] * steps_per_epoch),
+        second_drop_step=int(params['second_lr_drop_epoch'] * steps_per_epoch))
+    warm_start.apply(params)
+    train_op, grad_norm, finite = _train_op(total_loss, params, learning_rate)
+    logged = dict(loss_terms, l2_loss=l2_loss, loss=total_loss, learning_rate=learning_rate,
+                  grad_norm=grad_norm)
+    for name, value in logged.items():
+        tf1.summary.scalar('train/' + name, value)
+    for name in TRAIN_LOG_KEYS:
+        tf1.add_to_collection(TRAIN_LOG_COLLECTION, tf.cast(logged[name], tf.float32))
+    return tf1.estimator.EstimatorSpec(
+        mode, loss=total_loss, train_op=train_op,
+        training_hooks=[FiniteGuardHook(finite, total_loss)] + runtime.broadcast_hook())
+
+
+class FiniteGuardHook(tf1.train.SessionRunHook):
+    """Stops training with NonFiniteLossError at the first step whose loss or gradients are
+    not finite. That step's update was skipped in the graph, so the weights (and any
+    checkpoint written later) are the last good ones."""
+
+    def __init__(self, finite, loss):
+        self._finite, self._loss = finite, loss
+
+    def before_run(self, run_context):
+        return tf1.train.SessionRunArgs(
+            [self._finite, self._loss, tf1.train.get_global_step()])
+
+    def after_run(self, run_context, run_values):
+        finite, loss, step = run_values.results
+        if not finite:
+            raise NonFiniteLossError(
+                'loss became %s at step %d (the update of that step was skipped); the last '
+                'good checkpoint is kept in model_dir. Lower learning_rate or check the data.'
+                % (loss, step + 1))

@@ -1,0 +1,187 @@
+"""COCO evaluation of checkpoints, distributed over ranks.
+
+Each rank predicts its shard of the validation set with the EMA weights; detections and
+ground truth are gathered to rank 0, which runs pycocotools once, so the AP equals that of a
+single-process evaluation. Rank 0 prints the table, writes metrics JSON, TensorBoard summaries,
+a line in the JSON log, and keeps the best checkpoint by AP in model_dir/best.
+Distributed evaluation reads checkpoints from model_dir: with several boxes it must be on
+storage every box can read.
+"""
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+import coco_metric
+import dataloader
+import det_model_fn
+import runtime
+import train_hooks
+
+tf1 = tf.compat.v1
+
+BEST_DIR = 'best'
+
+
+def _eval_input_fn(run):
+    flags = run.flags
+    reader = dataloader.InputReader(
+        flags.validation_file_pattern, is_training=False, num_shards=runtime.size(),
+        shard_index=runtime.rank(), max_examples=flags.eval_samples or None)
+    per_rank_batch = flags.eval_batch_size // runtime.size()
+
+    def input_fn(params):
+        dataset = reader(dict(params, batch_size=per_rank_batch))
+
+        def as_features(images, labels):
+            features = {key: labels[key] for key in det_model_fn.PREDICT_PASSTHROUGH}
+            features['images'] = images
+            return features
+        return dataset.map(as_features)
+    return input_fn
+
+
+def predict_shard(run, checkpoint):
+    """Runs this rank's shard; returns (image_ids [N], detections [M,7], groundtruth [N,K,7])."""
+    image_ids, detections, groundtruth = [], [], []
+    predictions = run.estimator.predict(_eval_input_fn(run), checkpoint_path=checkpoint,
+                                        yield_single_examples=False)
+    for batch in predictions:
+        image_ids.append(batch['source_ids'])
+        groundtruth.append(batch['groundtruth_data'])
+        for rows, count, image_id in zip(batch['detections'], batch['num_detections'],
+                                         batch['source_ids']):
+            # float32 rows hold ids exactly only below 2**24; take the int64 id instead.
+            rows = rows[:count].astype(np.float64)
+            rows[:, 0] = image_id
+            detections.append(rows)
+    k = run.config.max_instances_per_image
+    return (np.concatenate(image_ids) if image_ids else np.zeros([0], np.int64),
+            np.concatenate(detections) if detections else np.zeros([0, 7], np.float64),
+            np.concatenate(groundtruth) if groundtruth else np.zeros([0, k, 7], np.float32))
+
+
+def _gather(array):
+    return np.concatenate(runtime.allgather_numpy(array))
+
+
+def _metric(run):
+    label_map = run.label_map
+    return coco_metric.EvaluationMetric(
+        val_json_file=run.flags.val_json_file,
+        label_map=label_map.label_to_category_id if label_map else None,
+        class_names=label_map.label_to_name if label_map else None,
+        testdev_dir=run.flags.testdev_dir)
+
+
+def evaluate_checkpoint(run, checkpoint):
+    """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank."""
+    step = int(checkpoint.rsplit('-', 1)[1])
+    image_ids, detections, groundtruth = predict_shard(run, checkpoint)
+    image_ids, detections = _gather(image_ids), _gather(detections)
+    groundtruth = _gather(groundtruth)
+    metrics = None
+    if runtime.is_main():
+        metric = _metric(run)
+        metric.update_state(image_ids, detections, groundtruth)
+        metrics = metric.evaluate()
+        if metrics:
+            _report(run, checkpoint, step, metrics, len(image_ids))
+        else:
+            logging.info('test-dev detections written to %s', run.flags.testdev_dir)
+    return runtime.broadcast_object(metrics)
+
+
+def _report(run, checkpoint, step, metrics, num_images):
+    model_dir = run.flags.model_dir
+    print('COCO evaluation of %s (step %d, %d images):\n%s'
+          % (os.path.basename(checkpoint), step, num_images, coco_metric.format_table(metrics)),
+          flush=True)
+    coco_metric.write_metrics_json(metrics, model_dir, step)
+    _write_summaries(os.path.join(model_dir, 'eval'), metrics, step)
+    train_hooks.append_json_log(model_dir, dict(
+        {'event': 'eval', 'step': step}, **{k: _finite_or_none(v) for k, v in metrics.items()}))
+    keep_best(model_dir, checkpoint, step, metrics)
+
+
+def _finite_or_none(value):
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def _write_summaries(directory, metrics, step):
+    writer = tf1.summary.FileWriterCache.get(directory)
+    values = [tf1.Summary.Value(tag='eval/' + name.replace('/', '_'), simple_value=float(v))
+              for name, v in metrics.items() if np.isfinite(float(v))]
+    writer.add_summary(tf1.Summary(value=values), step)
+    writer.flush()
+
+
+def keep_best(model_dir, checkpoint, step, metrics):
+    """Copies `checkpoint` to model_dir/best when its AP beats the kept one (swap by rename)."""
+    best_dir = os.path.join(model_dir, BEST_DIR)
+    record = os.path.join(best_dir, 'best_eval.json')
+    if os.path.exists(record):
+        with open(record) as f:
+            if json.load(f)['AP'] >= metrics['AP']:
+                return False
+    staging = best_dir + '.tmp-%d' % os.getpid()
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    for path in glob.glob(checkpoint + '.*'):
+        shutil.copy2(path, staging)
+    name = os.path.basename(checkpoint)
+    with open(os.path.join(staging, 'checkpoint'), 'w') as f:
+        f.write('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n' % (name, name))
+    with open(os.path.join(staging, 'best_eval.json'), 'w') as f:
+        json.dump({'step': step, 'checkpoint': name, 'AP': float(metrics['AP']),
+                   'metrics': {k: _finite_or_none(v) for k, v in metrics.items()}}, f, indent=1)
+    retired = best_dir + '.old-%d' % os.getpid()
+    if os.path.exists(best_dir):
+        os.rename(best_dir, retired)
+    os.rename(staging, best_dir)
+    shutil.rmtree(retired, ignore_errors=True)
+    logging.info('new best AP %.4f at step %d kept in %s', metrics['AP'], step, best_dir)
+    return True
+
+
+def _latest_checkpoint(run):
+    latest = tf.train.latest_checkpoint(run.flags.model_dir) if runtime.is_main() else None
+    return runtime.broadcast_object(latest)
+
+
+def evaluate_latest(run):
+    checkpoint = _latest_checkpoint(run)
+    if checkpoint is None:
+        logging.warning('no checkpoint in %s to evaluate', run.flags.model_dir)
+        return None
+    return evaluate_checkpoint(run, checkpoint)
+
+
+def _next_checkpoint(run, iterator):
+    checkpoint = next(iterator, None) if runtime.is_main() else None
+    return runtime.broadcast_object(checkpoint)
+
+
+def evaluate_continuously(run):
+    """Evaluates each new checkpoint until the final step, or eval_timeout without one."""
+    flags = run.flags
+    iterator = None
+    if runtime.is_main():
+        iterator = tf1.train.checkpoints_iterator(
+            flags.model_dir, min_interval_secs=flags.min_eval_interval,
+            timeout=flags.eval_timeout)
+    while True:
+        checkpoint = _next_checkpoint(run, iterator)
+        if checkpoint is None:
+            logging.info('no new checkpoint within --eval_timeout=%s s; stopping',
+                         flags.eval_timeout)
+            return
+        evaluate_checkpoint(run, checkpoint)
+        if int(checkpoint.rsplit('-', 1)[1]) >= run.total_steps:
+            logging.info('evaluated the final step %d; stopping', run.total_steps)
+            return

@@ -1,0 +1,95 @@
+"""Detection post-processing in NumPy on the host: decode + per-class hard NMS.
+
+The host-side counterpart of postprocess.generate_detections (same candidate selection:
+top-k over (anchor, class) pairs, scores strictly above score_thresh, a box suppressed when
+its IoU with a kept box of its class exceeds iou_thresh), so `bench.py infer
+--postprocess=host` measures what post-processing costs outside the graph. Pure functions
+over arrays: no flags, no config.
+"""
+import numpy as np
+
+
+def sigmoid(logits):
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
+def decode_boxes(codes, anchor_boxes):
+    """Faster R-CNN codes [..., 4] [ty, tx, th, tw] + anchors [..., 4] -> [ymin, xmin, ymax,
+    xmax] in the anchors' frame (box_ops.decode_boxes in NumPy)."""
+    anchor_h = anchor_boxes[..., 2] - anchor_boxes[..., 0] + 1e-8
+    anchor_w = anchor_boxes[..., 3] - anchor_boxes[..., 1] + 1e-8
+    centre_y = codes[..., 0] * anchor_h + (anchor_boxes[..., 0] + anchor_boxes[..., 2]) / 2.0
+    centre_x = codes[..., 1] * anchor_w + (anchor_boxes[..., 1] + anchor_boxes[..., 3]) / 2.0
+    half_h = np.exp(codes[..., 2]) * anchor_h / 2.0
+    half_w = np.exp(codes[..., 3]) * anchor_w / 2.0
+    return np.stack([centre_y - half_h, centre_x - half_w, centre_y + half_h,
+                     centre_x + half_w], axis=-1)
+
+
+def iou_one_to_many(box, boxes):
+    """IoU of box [4] with boxes [K, 4] -> [K] (0 where the union is empty)."""
+    inter_h = np.maximum(0.0, np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]))
+    inter_w = np.maximum(0.0, np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]))
+    intersection = inter_h * inter_w
+    union = ((box[2] - box[0]) * (box[3] - box[1])
+             + (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) - intersection)
+    return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)
+
+
+def nms(boxes, scores, iou_thresh, max_output_size, classes=None):
+    """Greedy hard NMS, per class when `classes` is given (a box only suppresses boxes of
+    its own class). boxes [K, 4], scores [K], classes int [K] -> kept indices, best first.
+
+    Greedy in one global score order is the same as NMS per class followed by keeping the
+    best max_output_size overall, and stops after max_output_size boxes.
+    """
+    order = np.argsort(-scores, kind='stable')
+    kept = []
+    while order.size and len(kept) < max_output_size:
+        best, rest = order[0], order[1:]
+        kept.append(best)
+        suppressed = iou_one_to_many(boxes[best], boxes[rest]) > iou_thresh
+        if classes is not None:
+            suppressed &= classes[rest] == classes[best]
+        order = rest[~suppressed]
+    return np.asarray(kept, np.int64)
+
+
+def detect_one_image(logits, codes, anchor_boxes, *, iou_thresh, score_thresh,
+                     max_nms_inputs, max_output_size):
+    """One image's detections in network-input pixels.
+
+    Args:
+      logits: float [N, C] class logits; codes: float [N, 4]; anchor_boxes: float [N, 4].
+    Returns:
+      boxes float32 [M, 4] [ymin, xmin, ymax, xmax], scores float32 [M] (descending),
+      labels int32 [M] (class index + 1), M <= max_output_size.
+    """
+    num_classes = logits.shape[1]
+    flat = logits.reshape(-1)
+    if max_nms_inputs and flat.size > max_nms_inputs:
+        candidates = np.argpartition(-flat, max_nms_inputs - 1)[:max_nms_inputs]
+    else:
+        candidates = np.arange(flat.size)
+    scores = sigmoid(flat[candidates].astype(np.float64))
+    keep = scores > score_thresh
+    candidates, scores = candidates[keep], scores[keep]
+    anchor_index, class_index = candidates // num_classes, candidates % num_classes
+    boxes = decode_boxes(codes[anchor_index].astype(np.float64), anchor_boxes[anchor_index])
+    kept = nms(boxes, scores, iou_thresh, max_output_size, classes=class_index)
+    return (boxes[kept].astype(np.float32), scores[kept].astype(np.float32),
+            (class_index[kept] + 1).astype(np.int32))
+
+
+def generate_detections(logits, codes, anchor_boxes, image_scales, image_sizes, **nms_args):
+    """Batch version: logits [B, N, C], codes [B, N, 4], anchor_boxes [N, 4], image_scales
+    [B], image_sizes [B, 2] (height, width). Returns a list of B (boxes, scores, labels) with
+    boxes scaled to original pixels and clipped to the image, as postprocess does."""
+    results = []
+    for index in range(logits.shape[0]):
+        boxes, scores, labels = detect_one_image(logits[index], codes[index], anchor_boxes,
+                                                 **nms_args)
+        height, width = (float(v) for v in image_sizes[index])
+        boxes = np.clip(boxes * float(image_scales[index]), 0.0, [height, width, height, width])
+        results.append((boxes.astype(np.float32), scores, labels))
+    return results

@@ -1,0 +1,355 @@
+"""One configuration system: defaults for the whole system plus the D0-D7x scaling table.
+
+A config is built as `defaults <- variant scaling fields <- YAML file <- "a=1,b.c=2" string`.
+Keys are flat, as in the google/automl port, so users' existing `--hparams` strings keep
+working; the NMS settings form the one nested group (`nms_configs.iou_thresh=0.6`).
+
+Every override is type-checked against the default it replaces; unknown keys and unknown model
+names are errors that list the valid choices. `to_yaml()` / `from_yaml()` round-trip exactly.
+"""
+import copy
+import difflib
+import re
+
+import yaml
+
+IMAGENET_MEAN_RGB = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+IMAGENET_STDDEV_RGB = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+_DEFAULTS = {
+    # Model.
+    'name': 'efficientdet-d0',
+    'backbone_name': 'efficientnet-b0',
+    'image_size': 512,  # int for square, or 'WIDTHxHEIGHT' (e.g. '640x384').
+    'num_classes': 90,
+    'act_type': 'swish',
+    'survival_prob': 0.8,  # Backbone stochastic depth (drop-connect keeps this fraction).
+    'batch_norm_momentum': 0.99,
+    'batch_norm_epsilon': 1e-3,
+    'sync_batch_norm': False,  # Average batch-norm moments across Horovod ranks.
+    'fpn_name': 'bifpn',
+    'fpn_num_filters': 64,
+    'fpn_cell_repeats': 3,
+    'fpn_weight_method': 'fastattn',  # 'fastattn' | 'attn' | 'sum'.
+    'separable_conv': True,
+    'apply_bn_for_resampling': True,
+    'conv_after_downsample': False,
+    'conv_bn_act_pattern': False,
+    'box_class_repeats': 3,
+    # Anchors.
+    'min_level': 3,
+    'max_level': 7,
+    'num_scales': 3,
+    'aspect_ratios': [1.0, 2.0, 0.5],  # Width / height of each anchor.
+    'anchor_scale': 4.0,
+    'match_threshold': 0.5,
+    'unmatched_threshold': 0.5,
+    # Input.
+    'input_rand_hflip': True,
+    'jitter_min': 0.1,
+    'jitter_max': 2.0,
+    'max_instances_per_image': 100,
+    'skip_crowd_during_training': True,
+    'mean_rgb': IMAGENET_MEAN_RGB,
+    'stddev_rgb': IMAGENET_STDDEV_RGB,
+    'shuffle_buffer': 1024,
+    # Losses.
+    'alpha': 0.25,
+    'gamma': 1.5,
+    'delta': 0.1,
+    'box_loss_weight': 50.0,
+    'label_smoothing': 0.0,
+    'iou_loss_type': 'none',  # 'none' | 'iou' | 'giou' | 'diou' | 'ciou'.
+    'iou_loss_weight': 1.0,
+    # Optimizer and schedule.
+    'optimizer': 'sgd',  # 'sgd' (momentum) | 'adam'.
+    'momentum': 0.9,
+    'learning_rate': 0.08,  # For lr_base_batch_size images; scaled with the global batch.
+    'lr_base_batch_size': 64,
+    'lr_warmup_init': 0.008,
+    'lr_warmup_epoch': 1.0,
+    'lr_decay_method': 'cosine',  # 'cosine' | 'stepwise' | 'constant'.
+    'first_lr_drop_epoch': 200.0,
+    'second_lr_drop_epoch': 250.0,
+    'clip_gradients_norm': 10.0,
+    'weight_decay': 4e-5,
+    'moving_average_decay': 0.9998,
+    'num_epochs': 300,
+    'mixed_precision': False,
+    # Evaluation and post-processing.
+    'nms_configs': {
+        'method': 'hard',  # 'hard' | 'gaussian' (soft-NMS).
+        'iou_thresh': 0.5,
+        'score_thresh': 0.001,
+        'sigma': 0.5,
+        'max_nms_inputs': 5000,
+        'max_output_size': 100,
+    },
+}
+
+# Only the scaling fields differ between variants (paper Table 1; D7x from the automl README).
+MODEL_VARIANTS = {
+    'efficientdet-d0': dict(backbone_name='efficientnet-b0', image_size=512,
+                            fpn_num_filters=64, fpn_cell_repeats=3, box_class_repeats=3),
+    'efficientdet-d1': dict(backbone_name='efficientnet-b1', image_size=640,
+                            fpn_num_filters=88, fpn_cell_repeats=4, box_class_repeats=3),
+    'efficientdet-d2': dict(backbone_name='efficientnet-b2', image_size=768,
+                            fpn_num_filters=112, fpn_cell_repeats=5, box_class_repeats=3),
+    'efficientdet-d3': dict(backbone_name='efficientnet-b3', image_size=896,
+                            fpn_num_filters=160, fpn_cell_repeats=6, box_class_repeats=4),
+    'efficientdet-d4': dict(backbone_name='efficientnet-b4', image_size=1024,
+                            fpn_num_filters=224, fpn_cell_repeats=7, box_class_repeats=4),
+    'efficientdet-d5': dict(backbone_name='efficientnet-b5', image_size=1280,
+                            fpn_num_filters=288, fpn_cell_repeats=7, box_class_repeats=4),
+    'efficientdet-d6': dict(backbone_name='efficientnet-b6', image_size=1280,
+                            fpn_num_filters=384, fpn_cell_repeats=8, box_class_repeats=5,
+                            fpn_weight_method='sum'),
+    'efficientdet-d7': dict(backbone_name='efficientnet-b6', image_size=1536,
+                            fpn_num_filters=384, fpn_cell_repeats=8, box_class_repeats=5,
+                            anchor_scale=5.0, fpn_weight_method='sum'),
+    'efficientdet-d7x': dict(backbone_name='efficientnet-b7', image_size=1536,
+                             fpn_num_filters=384, fpn_cell_repeats=8, box_class_repeats=5,
+                             anchor_scale=4.0, max_level=8, fpn_weight_method='sum'),
+}
+
+_CHOICES = {
+    'act_type': ('swish', 'relu', 'relu6'),
+    'fpn_name': ('bifpn',),
+    'fpn_weight_method': ('fastattn', 'attn', 'sum'),
+    'iou_loss_type': ('none', 'iou', 'giou', 'diou', 'ciou'),
+    'optimizer': ('sgd', 'adam'),
+    'lr_decay_method': ('cosine', 'stepwise', 'constant'),
+    'nms_configs.method': ('hard', 'gaussian'),
+    'backbone_name': tuple('efficientnet-b%d' % i for i in range(8)),
+}
+
+_IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration mistake; the message names the key and the fix."""
+
+
+def _closest(name, choices):
+    close = difflib.get_close_matches(name, choices, n=3)
+    return (' Did you mean: %s?' % ', '.join(close)) if close else ''
+
+
+def _check_value(key, default, value):
+    """Returns `value` coerced to the type of `default`, or raises ConfigError."""
+    if key.endswith('image_size'):
+        return _check_image_size(value)
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError('%s must be true or false, got %r' % (key, value))
+    if isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError('%s must be a number, got %r' % (key, value))
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError('%s must be an integer, got %r' % (key, value))
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError('%s must be a string, got %r' % (key, value))
+        choices = _CHOICES.get(key)
+        if choices and value not in choices:
+            raise ConfigError('%s=%r is not one of: %s' % (key, value, ', '.join(choices)))
+        return value
+    if isinstance(default, list):
+        if isinstance(value, str):  # automl's "1.0*2.0*0.5" list syntax.
+            value = [yaml.safe_load(v) for v in value.split('*')]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError('%s must be a non-empty list, got %r' % (key, value))
+        return [_check_value(key + '[]', default[0], v) for v in value]
+    raise ConfigError('%s cannot be overridden' % key)
+
+
+def _check_image_size(value):
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str) and _IMAGE_SIZE_RE.match(value):
+        width, height = _IMAGE_SIZE_RE.match(value).groups()
+        return '%dx%d' % (int(width), int(height))
+    raise ConfigError("image_size must be a positive integer or 'WIDTHxHEIGHT' "
+                      "(e.g. 640x384), got %r" % (value,))
+
+
+def parse_image_size(image_size):
+    """Returns (height, width) from an int or a 'WIDTHxHEIGHT' string."""
+    if isinstance(image_size, int):
+        return image_size, image_size
+    width, height = _IMAGE_SIZE_RE.match(image_size).groups()
+    return int(height), int(width)
+
+
+def parse_override_string(text):
+    """Parses 'a=1,b.c=2,l=[1,2]' into {'a': 1, 'b.c': 2, 'l': [1, 2]}.
+
+    Values are YAML scalars or flow lists; commas inside brackets do not split.
+    """
+    items, depth, current = [], 0, ''
+    for char in text:
+        depth += {'[': 1, ']': -1}.get(char, 0)
+        if char == ',' and depth == 0:
+            items.append(current)
+            current = ''
+        else:
+            current += char
+    items.append(current)
+    result = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        if '=' not in item:
+            raise ConfigError("hparams entry %r is not of the form key=value "
+                              "(e.g. --hparams=num_classes=3,image_size=640x384)" % item)
+        key, raw = item.split('=', 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ''
+        except yaml.YAMLError:
+            value = raw
+        result[key.strip()] = value
+    return result
+
+
+def _flatten(mapping, prefix=''):
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, prefix + key + '.'))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+class Config:
+    """Attribute-access configuration; nested groups are Configs too."""
+
+    def __init__(self, values=None):
+        object.__setattr__(self, '_values', {})
+        for key, value in (values or {}).items():
+            self._values[key] = Config(value) if isinstance(value, dict) else value
+
+    def __getattr__(self, key):
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError('config has no key %r.%s' % (key, _closest(key, list(self._values))))
+
+    def __setattr__(self, key, value):
+        self.override({key: value})
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def __contains__(self, key):
+        return key in self._values
+
+    def __eq__(self, other):
+        return isinstance(other, Config) and self.as_dict() == other.as_dict()
+
+    def __repr__(self):
+        return 'Config(%r)' % self.as_dict()
+
+    def keys(self):
+        return list(self._values)
+
+    def get(self, key, default=None):
+        return self._values.get(key, default)
+
+    def as_dict(self):
+        return {k: v.as_dict() if isinstance(v, Config) else copy.deepcopy(v)
+                for k, v in self._values.items()}
+
+    def override(self, overrides):
+        """Applies a dict (nested or dotted keys), an 'a=1,b.c=2' string or a YAML path."""
+        if isinstance(overrides, str):
+            overrides = (load_yaml(overrides) if is_yaml_path(overrides)
+                         else parse_override_string(overrides))
+        for key, value in _flatten(dict(overrides)).items():
+            self._set_dotted(key, value)
+        return self
+
+    def _set_dotted(self, dotted_key, value):
+        node, parts = self, dotted_key.split('.')
+        for depth, part in enumerate(parts):
+            valid = node.keys()
+            if part not in valid:
+                where = '.'.join(parts[:depth]) or 'the config'
+                raise ConfigError('unknown hparams key %r.%s Valid keys of %s: %s' % (
+                    dotted_key, _closest(part, valid), where, ', '.join(sorted(valid))))
+            if depth < len(parts) - 1:
+                node = node._values[part]
+                if not isinstance(node, Config):
+                    raise ConfigError('%r is not a group; %r cannot be set' % (part, dotted_key))
+        current = node._values[parts[-1]]
+        if isinstance(current, Config):
+            if not isinstance(value, dict):
+                raise ConfigError('%s is a group; set its fields, e.g. %s.%s=...' % (
+                    dotted_key, dotted_key, current.keys()[0]))
+            current.override(value)
+            return
+        node._values[parts[-1]] = _check_value(dotted_key, current, value)
+
+    def to_yaml(self):
+        return yaml.safe_dump(self.as_dict(), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, text):
+        return cls(yaml.safe_load(text))
+
+
+def is_yaml_path(text):
+    return isinstance(text, str) and text.strip().lower().endswith(('.yaml', '.yml'))
+
+
+def load_yaml(path):
+    """Reads a YAML mapping with the safe loader (a config file can never run code)."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError('cannot read hparams file %s: %s' % (path, e.strerror))
+    except yaml.YAMLError as e:
+        raise ConfigError('hparams file %s is not valid YAML: %s' % (path, e))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError('hparams file %s must hold a mapping of key: value, got %s' % (
+            path, type(data).__name__))
+    return data
+
+
+def get_efficientdet_config(model_name='efficientdet-d0'):
+    """Returns the default config of one variant, e.g. 'efficientdet-d3'."""
+    if model_name not in MODEL_VARIANTS:
+        raise ConfigError('unknown model_name %r.%s Valid: %s' % (
+            model_name, _closest(model_name, list(MODEL_VARIANTS)), ', '.join(MODEL_VARIANTS)))
+    config = Config(copy.deepcopy(_DEFAULTS))
+    config.override(dict(MODEL_VARIANTS[model_name], name=model_name))
+    return config
+
+
+def validate(config):
+    """Cross-field checks that single-key type checks cannot make."""
+    height, width = parse_image_size(config.image_size)
+    stride = 2 ** config.max_level
+    if height % stride or width % stride:
+        raise ConfigError('image_size %s must be divisible by 2^max_level = %d in both '
+                          'dimensions; try %dx%d' % (config.image_size, stride,
+                                                     -(-width // stride) * stride,
+                                                     -(-height // stride) * stride))
+    if not 1 <= config.min_level <= config.max_level or config.min_level > 5:
+        raise ConfigError('need 1 <= min_level <= 5 and min_level <= max_level, got %d..%d'
+                          % (config.min_level, config.max_level))
+    if config.num_classes < 1:
+        raise ConfigError('num_classes must be >= 1, got %d' % config.num_classes)
+    if not 0 <= config.jitter_min <= config.jitter_max:
+        raise ConfigError('need 0 <= jitter_min <= jitter_max, got %s..%s'
+                          % (config.jitter_min, config.jitter_max))
+    return config

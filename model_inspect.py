@@ -1,0 +1,96 @@
+"""Builds an EfficientDet graph (never runs it) and prints one JSON line describing it.
+
+    python model_inspect.py --model_name=efficientdet-d3 [--image_size=640x384]
+        [--hparams=fpn_num_filters=128,...] [--num_classes=90]
+
+Output keys: model_name, image_size [h, w], params (trainable variables, the papers'
+convention), flops (multiply-adds, i.e. half the floating-point operations of a batch-1
+inference pass, as the paper reports), levels {"3": {"class": [1, h, w, A*C], "box": [...]}}.
+FLOPs come from the shape-inference statistics TensorFlow registers per op (the numbers the
+tf.compat.v1.profiler float_ops report sums), read directly from the graph: that is the same
+count, without the profiler's per-node bookkeeping, so D7x takes seconds, not minutes.
+"""
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+from absl import app
+from absl import flags
+from tensorflow.python.framework import ops as tf_ops  # get_stats_for_node_def: no public API.
+
+import efficientdet_arch
+import hparams_config
+
+tf1 = tf.compat.v1
+
+flags.DEFINE_string('model_name', 'efficientdet-d0', 'efficientdet-d0 .. efficientdet-d7x.')
+flags.DEFINE_string('image_size', None, "Square size (512) or 'WIDTHxHEIGHT' (640x384); "
+                    'default: the variant\'s size.')
+flags.DEFINE_string('hparams', '', "Overrides 'a=1,b=2' or a YAML file.")
+flags.DEFINE_integer('num_classes', None, 'Number of classes (default: the config, 90).')
+FLAGS = flags.FLAGS
+
+
+def resolve_config(model_name, image_size=None, hparams='', num_classes=None):
+    """Variant defaults <- --hparams <- --image_size / --num_classes."""
+    config = hparams_config.get_efficientdet_config(model_name)
+    config.override(hparams or {})
+    if image_size is not None:
+        config.override({'image_size': int(image_size) if image_size.isdigit() else image_size})
+    if num_classes is not None:
+        config.num_classes = num_classes
+    return hparams_config.validate(config)
+
+
+def count_trainable_params(graph):
+    with graph.as_default():
+        return int(sum(np.prod(v.shape.as_list()) for v in tf1.trainable_variables()))
+
+
+def count_float_ops(graph):
+    """Sum of the registered 'flops' statistic over the graph's ops (0 for ops without one).
+
+    The graph must have fully defined shapes (batch 1 here)."""
+    total = 0
+    for op in graph.get_operations():
+        try:
+            stats = tf_ops.get_stats_for_node_def(graph, op.node_def, 'flops')
+        except ValueError:  # Shape not fully defined: not counted, as the profiler does.
+            continue
+        total += stats.value or 0
+    return int(total)
+
+
+def inspect_model(config):
+    """Returns the JSON-ready description of `config`'s network (batch 1, inference)."""
+    height, width = hparams_config.parse_image_size(config.image_size)
+    compute_dtype = 'bfloat16' if config.mixed_precision else 'float32'
+    graph = tf.Graph()
+    with graph.as_default():
+        images = tf1.placeholder(tf.float32, [1, height, width, 3], name='images')
+        class_outputs, box_outputs = efficientdet_arch.build_model(
+            images, config, is_training=False, compute_dtype=compute_dtype)
+    levels = {str(level): {'class': class_outputs[level].shape.as_list(),
+                           'box': box_outputs[level].shape.as_list()}
+              for level in sorted(class_outputs)}
+    return {'model_name': config.name, 'image_size': [height, width],
+            'params': count_trainable_params(graph), 'flops': count_float_ops(graph) // 2,
+            'levels': levels}
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError('unexpected arguments: %s' % argv[1:])
+    try:
+        config = resolve_config(FLAGS.model_name, FLAGS.image_size, FLAGS.hparams,
+                                FLAGS.num_classes)
+    except hparams_config.ConfigError as error:
+        print('error: %s' % error, file=sys.stderr)
+        return 2
+    print(json.dumps(inspect_model(config)))
+    return 0
+
+
+if __name__ == '__main__':
+    app.run(main)

@@ -1,0 +1,101 @@
+"""Training curves of a run: loss terms, learning rate and COCO AP against the step.
+
+    python plot_curves.py --model_dir=runs/demo --output=curves.png
+
+Reads model_dir/train_log.jsonl (train_hooks.py writes `{"event": "train", "step", "loss",
+"cls_loss", "box_loss", "learning_rate", ...}` at each log step and evaluation.py appends
+`{"event": "eval", "step", "AP", "AP50", ...}`) and renders a PNG with matplotlib's Agg
+backend (no display needed). Runs that resumed log a step twice: the later record wins.
+"""
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from absl import app, flags  # pylint: disable=wrong-import-position
+
+import train_hooks  # pylint: disable=wrong-import-position
+
+LOSS_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss')
+AP_KEYS = ('AP', 'AP50', 'AP75')
+
+
+class CurvesError(ValueError):
+    """Nothing to plot; the message says where the log was looked for."""
+
+
+def series(records, event, key):
+    """(steps, values) of one key over the records of one event, sorted, last record wins."""
+    by_step = {}
+    for record in records:
+        value = record.get(key)
+        if record.get('event') == event and isinstance(value, (int, float)):
+            by_step[int(record['step'])] = float(value)
+    steps = sorted(by_step)
+    return steps, [by_step[step] for step in steps]
+
+
+def _plot_group(axis, records, event, keys, title, log_scale=False):
+    drawn = 0
+    for key in keys:
+        steps, values = series(records, event, key)
+        if not steps or (key != 'loss' and not any(values)):  # Unused terms stay at zero.
+            continue
+        axis.plot(steps, values, marker='o' if len(steps) < 20 else None, markersize=3,
+                  label=key)
+        drawn += 1
+    axis.set_title(title)
+    axis.set_xlabel('step')
+    axis.grid(True, alpha=0.3)
+    if drawn:
+        axis.legend(fontsize='small')
+        if log_scale and all(v > 0 for k in keys for v in series(records, event, k)[1]):
+            axis.set_yscale('log')
+    else:
+        axis.text(0.5, 0.5, 'no %s records yet' % event, ha='center', va='center',
+                  transform=axis.transAxes, color='gray')
+    return drawn
+
+
+def plot_curves(model_dir, output):
+    """Writes the figure to `output`; returns the number of train and eval records used."""
+    records = train_hooks.read_json_log(model_dir)
+    num_train = sum(1 for r in records if r.get('event') == 'train')
+    num_eval = sum(1 for r in records if r.get('event') == 'eval')
+    if not num_train and not num_eval:
+        raise CurvesError('no train or eval records in %s; train with main.py --model_dir=%s '
+                          'first' % (os.path.join(model_dir, train_hooks.JSON_LOG), model_dir))
+    figure, (loss_axis, rate_axis, ap_axis) = plt.subplots(1, 3, figsize=(15, 4.2))
+    _plot_group(loss_axis, records, 'train', LOSS_KEYS, 'losses', log_scale=True)
+    _plot_group(rate_axis, records, 'train', ('learning_rate',), 'learning rate')
+    _plot_group(ap_axis, records, 'eval', AP_KEYS, 'COCO AP (EMA weights)')
+    figure.suptitle(os.path.basename(os.path.normpath(model_dir)))
+    figure.tight_layout()
+    directory = os.path.dirname(os.path.abspath(output))
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, '.%s.tmp-%d.png' % (os.path.basename(output), os.getpid()))
+    figure.savefig(temp, dpi=100)
+    plt.close(figure)
+    os.replace(temp, output)
+    return num_train, num_eval
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError('unexpected arguments: %s' % argv[1:])
+    try:
+        num_train, num_eval = plot_curves(flags.FLAGS.model_dir, flags.FLAGS.output)
+    except CurvesError as error:
+        print('error: %s' % error, file=sys.stderr)
+        return 2
+    print('wrote %s (%d train, %d eval records)' % (flags.FLAGS.output, num_train, num_eval))
+    return 0
+
+
+if __name__ == '__main__':
+    flags.DEFINE_string('model_dir', None, 'Run directory holding train_log.jsonl.')
+    flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
+    flags.mark_flag_as_required('model_dir')
+    app.run(main)

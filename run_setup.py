@@ -1,0 +1,253 @@
+"""From resolved flags and config to a running job: workers, device, data checks, step
+arithmetic, model_dir checks, the Estimator, and the train / eval / train_and_eval loops."""
+import dataclasses
+import glob
+import json
+import os
+import tempfile
+
+import tensorflow as tf
+from absl import logging
+
+import dataloader
+import det_model_fn
+import evaluation
+import hparams_config
+import runtime
+import train_hooks
+import warm_start
+from dataset import label_map as label_map_lib
+
+tf1 = tf.compat.v1
+
+
+class RunSetupError(ValueError):
+    """A user mistake in flags, data or model_dir; the message names it and the fix."""
+
+
+USER_ERRORS = (hparams_config.ConfigError, RunSetupError, warm_start.CheckpointMismatchError,
+               runtime.DeviceError, det_model_fn.NonFiniteLossError,
+               label_map_lib.LabelMapError)
+
+
+@dataclasses.dataclass
+class Run:
+    flags: object
+    config: hparams_config.Config
+    params: dict
+    estimator: object
+    label_map: object
+    steps_per_epoch: int
+    total_steps: int
+
+
+def _check_pattern(flag_name, pattern):
+    if not pattern:
+        raise RunSetupError('--%s is required for this mode' % flag_name)
+    if not tf.io.gfile.glob(pattern):
+        raise RunSetupError(
+            'no files match --%s=%s; convert your COCO-format data first with '
+            '`python -m dataset.create_coco_tfrecord --image_dir=... '
+            '--object_annotations_file=... --output_file_prefix=...`' % (flag_name, pattern))
+
+
+def _check_inputs(flags):
+    if flags.mode in ('train', 'train_and_eval') and not flags.use_fake_data:
+        _check_pattern('training_file_pattern', flags.training_file_pattern)
+    if flags.mode in ('eval', 'train_and_eval') or flags.eval_after_training:
+        _check_pattern('validation_file_pattern', flags.validation_file_pattern)
+    if flags.val_json_file and not os.path.isfile(flags.val_json_file):
+        raise RunSetupError('--val_json_file=%s does not exist' % flags.val_json_file)
+
+
+def _find_label_map(flags):
+    for pattern in (flags.training_file_pattern, flags.validation_file_pattern):
+        path = label_map_lib.label_map_path_for(pattern) if pattern else None
+        if path:
+            return label_map_lib.load_label_map(path), path
+    return None, None
+
+
+def _adopt_num_classes(config, explicit_keys, label_map, path):
+    """The label map beside the shards decides num_classes unless the user set it."""
+    if label_map is None:
+        return
+    if 'num_classes' not in explicit_keys:
+        if config.num_classes != label_map.num_classes:
+            logging.info('num_classes=%d from %s', label_map.num_classes, path)
+        config.num_classes = label_map.num_classes
+    elif config.num_classes < label_map.num_classes:
+        raise RunSetupError(
+            'num_classes=%d but the label map %s has %d classes; drop the num_classes '
+            'override or set it to %d' % (config.num_classes, path, label_map.num_classes,
+                                          label_map.num_classes))
+
+
+def _check_batch(name, batch, world):
+    if batch < 1 or batch % world:
+        raise RunSetupError('--%s=%d must be a positive multiple of the number of ranks (%d): '
+                            'it is the global batch, split evenly across ranks'
+                            % (name, batch, world))
+    return batch // world
+
+
+def _examples_per_epoch(flags):
+    if flags.num_examples_per_epoch:
+        return flags.num_examples_per_epoch
+    if flags.use_fake_data or not flags.training_file_pattern:
+        return 1000
+    counted = _count_from_summary(flags.training_file_pattern)
+    if counted is None:
+        counted = sum(1 for f in tf.io.gfile.glob(flags.training_file_pattern)
+                      for _ in tf1.io.tf_record_iterator(f))
+    return counted
+
+
+def _count_from_summary(pattern):
+    """Images written, from the converter's `<prefix>-summary.json` beside the shards."""
+    label_map_path = label_map_lib.label_map_path_for(pattern)
+    if not label_map_path:
+        return None
+    summary_path = label_map_path[:-len('-label_map.json')] + '-summary.json'
+    try:
+        with open(summary_path) as f:
+            return int(json.load(f)['images_written'])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _check_model_dir(model_dir, config):
+    """A model_dir holding another model's checkpoint is an error, not a silent mix."""
+    saved = os.path.join(model_dir, 'config.yaml')
+    if not (os.path.exists(saved) and warm_start.has_checkpoint(model_dir)):
+        return
+    with open(saved) as f:
+        previous = hparams_config.Config.from_yaml(f.read())
+    fields = ('name', 'backbone_name', 'num_classes', 'fpn_num_filters', 'fpn_cell_repeats',
+              'box_class_repeats', 'min_level', 'max_level', 'num_scales', 'aspect_ratios')
+    differing = [f for f in fields if previous.get(f) != config.get(f)]
+    if differing:
+        raise RunSetupError(
+            '--model_dir=%s holds a checkpoint of another model (%s); use a new --model_dir, '
+            'or fine-tune from it with --ckpt=%s' % (model_dir, ', '.join(
+                '%s %r != %r' % (f, previous.get(f), config.get(f)) for f in differing),
+                model_dir))
+
+
+def _write_atomic(path, text):
+    tmp = path + '.tmp-%d' % os.getpid()
+    with open(tmp, 'w') as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _write_run_files(model_dir, config, flags):
+    os.makedirs(model_dir, exist_ok=True)
+    _write_atomic(os.path.join(model_dir, 'config.yaml'), config.to_yaml())
+    values = {name: flags[name].value for name in flags
+              if flags[name].module_name in ('main', '__main__')}
+    _write_atomic(os.path.join(model_dir, 'flags.json'), json.dumps(values, indent=1) + '\n')
+
+
+def _session_config(flags):
+    session_config = tf1.ConfigProto(allow_soft_placement=True)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    session_config.intra_op_parallelism_threads = max(1, cores // runtime.local_size())
+    session_config.inter_op_parallelism_threads = 2
+    if flags.use_xla:
+        session_config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
+    return session_config
+
+
+def _build_estimator(flags, params):
+    main = runtime.is_main()
+    model_dir = flags.model_dir if main else tempfile.mkdtemp(prefix='rank%d-' % runtime.rank())
+    run_config = tf1.estimator.RunConfig(
+        model_dir=model_dir, tf_random_seed=params['seed'],
+        save_checkpoints_steps=flags.cp_every_n_steps if main else None,
+        save_checkpoints_secs=None, keep_checkpoint_max=flags.keep_checkpoint_max,
+        save_summary_steps=flags.iterations_per_loop if main else None,
+        log_step_count_steps=None, session_config=_session_config(flags))
+    return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
+
+
+def prepare(flags, config, explicit_keys):
+    """Validates everything it can before a graph is built; returns a Run."""
+    runtime.init(flags.use_horovod)
+    runtime.configure_logging()
+    device = runtime.select_device(no_hpu=flags.no_hpu, require=flags.device)
+    if not flags.model_dir:
+        raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
+    _check_inputs(flags)
+    label_map, label_map_path = _find_label_map(flags)
+    _adopt_num_classes(config, explicit_keys, label_map, label_map_path)
+    hparams_config.validate(config)
+    world = runtime.size()
+    per_rank_batch = _check_batch('train_batch_size', flags.train_batch_size, world)
+    _check_batch('eval_batch_size', flags.eval_batch_size, world)
+    steps_per_epoch = max(1, _examples_per_epoch(flags) // flags.train_batch_size)
+    num_epochs = flags.num_epochs if flags.num_epochs is not None else config.num_epochs
+    total_steps = steps_per_epoch * num_epochs
+    if flags.deterministic:
+        os.environ['TF_DETERMINISTIC_OPS'] = '1'
+    seed = flags.seed if flags.seed is not None else (0 if flags.deterministic else None)
+    if runtime.is_main():
+        _check_model_dir(flags.model_dir, config)
+        _write_run_files(flags.model_dir, config, flags)
+    params = dict(config.as_dict(), batch_size=per_rank_batch,
+                  global_batch_size=flags.train_batch_size, steps_per_epoch=steps_per_epoch,
+                  total_steps=total_steps, seed=seed, backbone_ckpt=flags.backbone_ckpt,
+                  ckpt=flags.ckpt, compute_dtype=(runtime.mixed_precision_dtype(device)
+                                                  if config.mixed_precision else 'float32'))
+    logging.info('%s on %s x%d: %d steps (%d per epoch), global batch %d, compute %s',
+                 config.name, device, world, total_steps, steps_per_epoch,
+                 flags.train_batch_size, params['compute_dtype'])
+    return Run(flags, config, params, _build_estimator(flags, params), label_map,
+               steps_per_epoch, total_steps)
+
+
+def train_input_fn(run):
+    flags = run.flags
+    return dataloader.InputReader(
+        flags.training_file_pattern, is_training=True, use_fake_data=flags.use_fake_data,
+        num_shards=runtime.size(), shard_index=runtime.rank(),
+        deterministic=flags.deterministic, seed=run.params['seed'])
+
+
+def current_step(run):
+    """Rank 0's checkpointed step, shared so every rank makes the same decisions."""
+    step = 0
+    if runtime.is_main():
+        latest = tf.train.latest_checkpoint(run.flags.model_dir)
+        step = int(latest.rsplit('-', 1)[1]) if latest else 0
+    return runtime.broadcast_object(step)
+
+
+def train_until(run, max_steps):
+    if current_step(run) >= max_steps:
+        return
+    hooks = train_hooks.make_training_hooks(run, max_steps)
+    run.estimator.train(train_input_fn(run), max_steps=max_steps, hooks=hooks)
+
+
+def execute(run):
+    """Runs the mode; returns the process exit status."""
+    flags = run.flags
+    if flags.benchmark:
+        return train_hooks.run_benchmark(run)
+    if flags.mode == 'eval':
+        evaluation.evaluate_continuously(run)
+        return 0
+    if flags.mode == 'train':
+        train_until(run, run.total_steps)
+        if flags.eval_after_training:
+            evaluation.evaluate_latest(run)
+        return 0
+    epochs = run.total_steps // run.steps_per_epoch
+    for epoch in range(1, epochs + 1):
+        step = min(epoch * run.steps_per_epoch, run.total_steps)
+        if current_step(run) >= step and epoch < epochs:
+            continue
+        train_until(run, step)
+        evaluation.evaluate_latest(run)
+    return 0

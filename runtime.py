@@ -1,0 +1,345 @@
+"""Devices and workers: the only module that touches Horovod, MPI or the Habana (HPU) stack.
+
+Everything else asks this module which device to use, which rank it is and how to
+combine tensors or Python objects across workers. Without Horovod every helper is a
+single-process passthrough (rank 0 of 1, main process), so the same training code runs
+under `python main.py` and under `mpirun -np N python main.py`.
+
+Order on a Gaudi host: `select_device()` before `init()`. Habana's Horovod fork expects
+the Habana module to be loaded before `hvd.init()` (Habana's own TF helpers do it in that
+order), and the Horovod knobs of `habana_env_defaults()` are read by `hvd.init()`.
+"""
+
+import logging as _py_logging
+import os
+import sys
+
+import tensorflow.compat.v1 as tf
+from absl import logging
+
+DEVICES = ('HPU', 'GPU', 'CPU')
+
+_hvd = None                    # the horovod.tensorflow module once init() has run it
+_init_done = False
+_devices = {}                  # (no_hpu, require) -> chosen device, see select_device
+_hpu_probe = None              # (available, reason) after the first HPU probe
+
+
+class DeviceError(RuntimeError):
+  """A device was requested with --device but this host cannot provide it."""
+
+
+# ----------------------------------------------------------------------------- devices
+
+def habana_env_defaults():
+  """Environment knobs the Habana TF EfficientDet port sets on Gaudi (applied by setdefault).
+
+  From HabanaAI/Model-References TensorFlow/computer_vision/efficientdet:
+  - HOROVOD_CYCLE_TIME=0.5: main.py sets it (when absent) before hvd.init() on multi-HPU
+    runs; it is read by hvd.init(), hence select_device() before init().
+  - LOG_LEVEL_ALL=6: its hb_configs/*.yaml set it to silence Synapse runtime logging.
+  Not set here, on purpose or for lack of certainty:
+  - TF_BF16_CONVERSION: that port does not use Habana's automatic bf16 graph pass; it casts
+    in the model (hparam use_bfloat16), as we do via mixed_precision_dtype().
+  - HABANA_NCCL_COMM_API=0 appeared in one older revision of its main.py (SynapseAI 1.2
+    era); we could not confirm it still means anything on SynapseAI 1.14, so it is left out.
+  - Its README lists "TPC fuser disabled" as a known issue without naming a variable; we
+    do not guess one (RUN_TPC_FUSER is Habana's usual knob, unverified for this model).
+  """
+  return {'HOROVOD_CYCLE_TIME': '0.5', 'LOG_LEVEL_ALL': '6'}
+
+
+def _probe_hpu():
+  """Imports habana_frameworks and loads its TF module once; returns (ok, reason)."""
+  global _hpu_probe
+  if _hpu_probe is not None:
+    return _hpu_probe
+  try:
+    from habana_frameworks.tensorflow import load_habana_module  # pylint: disable=g-import-not-at-top
+  except ImportError as err:
+    _hpu_probe = (False, 'habana_frameworks.tensorflow is not installed (%s); pip install -r '
+                  'requirements-hpu.txt on a Gaudi host' % err)
+    return _hpu_probe
+  applied = {k: v for k, v in habana_env_defaults().items() if k not in os.environ}
+  os.environ.update(applied)  # setdefault semantics; must precede load_habana_module()
+  try:
+    load_habana_module()
+    _hpu_probe = (True, '')
+  except Exception as err:  # pylint: disable=broad-except  # no card, driver or wrong TF
+    for key in applied:  # not on an HPU after all: leave the environment as it was
+      os.environ.pop(key, None)
+    _hpu_probe = (False, 'load_habana_module() failed: %s: %s (is the habanalabs driver '
+                  'loaded and a Gaudi visible? see hl-smi)' % (type(err).__name__, err))
+  return _hpu_probe
+
+
+def _gpu_available():
+  return bool(tf.config.list_physical_devices('GPU'))
+
+
+def _absent_error(device, reason):
+  return DeviceError('--device=%s was requested but %s — or drop the flag to run on CPU'
+                     % (device, reason))
+
+
+def _choose_required(device, no_hpu):
+  """Returns `device` if this host has it, else raises DeviceError saying why not."""
+  if device == 'HPU':
+    if no_hpu:
+      raise DeviceError('--device=HPU contradicts --no_hpu; drop one of the two flags')
+    available, reason = _probe_hpu()
+    if not available:
+      raise _absent_error('HPU', reason)
+  elif device == 'GPU' and not _gpu_available():
+    raise _absent_error('GPU', "tf.config.list_physical_devices('GPU') is empty (a CUDA "
+                        'build of tensorflow and an NVIDIA driver are needed)')
+  return device
+
+
+def select_device(no_hpu=False, require=None):
+  """Returns 'HPU', 'GPU' or 'CPU' and logs the choice once per distinct call.
+
+  Without `require`: HPU when habana_frameworks.tensorflow imports and load_habana_module()
+  succeeds (skipped when `no_hpu`), else GPU when TensorFlow lists one, else CPU. Loading
+  the Habana module makes TF place ops on the HPU, and habana_env_defaults() is applied
+  (setdefault) only when that load succeeds. `require` ('hpu'/'gpu'/'cpu', any case) picks
+  that device or raises DeviceError naming what is missing. Results are cached.
+  Works the same with or without Horovod.
+  """
+  wanted = None if require is None else str(require).upper()
+  if wanted is not None and wanted not in DEVICES:
+    raise ValueError('--device=%s is not a device; use one of %s' % (require, ', '.join(DEVICES)))
+  key = (bool(no_hpu), wanted)
+  if key not in _devices:
+    if wanted is not None:
+      device = _choose_required(wanted, no_hpu)
+    elif not no_hpu and _probe_hpu()[0]:
+      device = 'HPU'
+    else:
+      device = 'GPU' if _gpu_available() else 'CPU'
+    _devices[key] = device
+    logging.info('%sdevice: %s%s', rank_log_prefix(), device,
+                 ' (HPU skipped: --no_hpu)' if no_hpu else '')
+  return _devices[key]
+
+
+def mixed_precision_dtype(device):
+  """'float16' on GPU (the caller keeps losses in float32 and scales them), else 'bfloat16'."""
+  device = str(device).upper()
+  if device not in DEVICES:
+    raise ValueError('unknown device %r; use one of %s' % (device, ', '.join(DEVICES)))
+  return 'float16' if device == 'GPU' else 'bfloat16'
+
+
+# ----------------------------------------------------------------------------- workers
+
+def _launcher_env(names):
+  for name in names:
+    if os.environ.get(name, '').strip().isdigit():
+      return int(os.environ[name])
+  return None
+
+
+def _launcher_world_size():
+  """Number of ranks the MPI launcher started (1 when not launched by one).
+
+  Open MPI exports OMPI_COMM_WORLD_SIZE, MPICH/Intel MPI (Hydra) PMI_SIZE, MVAPICH2
+  MV2_COMM_WORLD_SIZE. PMIx exports only PMIX_RANK, no size, so a PMIx launch outside
+  mpirun (srun --mpi=pmix) is sized by SLURM_NTASKS.
+  """
+  size = _launcher_env(('OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'MV2_COMM_WORLD_SIZE'))
+  if size is None and 'PMIX_RANK' in os.environ:
+    size = _launcher_env(('SLURM_NTASKS',))
+  return size or 1
+
+
+def _import_horovod():
+  try:
+    import horovod.tensorflow as hvd  # pylint: disable=g-import-not-at-top
+  except ImportError as err:
+    raise ImportError(
+        'Horovod was requested (use_horovod=True, or mpirun started %d ranks) but '
+        'horovod.tensorflow cannot be imported: %s. Install it with `bash tools/setup_env.sh` '
+        '(builds horovod==0.28.1 with MPI against the installed TensorFlow), or on a Gaudi host '
+        '`pip install -r requirements-hpu.txt`.' % (_launcher_world_size(), err)) from err
+  return hvd
+
+
+def init(use_horovod=None):
+  """Starts Horovod when asked to, or (use_horovod=None) when an MPI launcher started >1 rank.
+
+  Idempotent. Without Horovod nothing is started and every helper is a passthrough.
+  """
+  global _hvd, _init_done
+  if _init_done:
+    return
+  launched = _launcher_world_size()
+  if use_horovod is None:
+    use_horovod = launched > 1
+  if use_horovod:
+    hvd = _import_horovod()
+    hvd.init()
+    _hvd = hvd
+  elif launched > 1:
+    logging.warning('%d ranks were launched but Horovod is off: each trains alone', launched)
+  _init_done = True
+  logging.info('%sworkers: %d (horovod %s)', rank_log_prefix(), size(),
+               'on' if _hvd is not None else 'off')
+
+
+def rank():
+  """This worker's rank; 0 without Horovod."""
+  return _hvd.rank() if _hvd is not None else 0
+
+
+def size():
+  """Number of workers; 1 without Horovod."""
+  return _hvd.size() if _hvd is not None else 1
+
+
+def local_rank():
+  """Rank among the workers on this host; 0 without Horovod."""
+  return _hvd.local_rank() if _hvd is not None else 0
+
+
+def local_size():
+  """Number of workers on this host; 1 without Horovod."""
+  return _hvd.local_size() if _hvd is not None else 1
+
+
+def is_main():
+  """True on rank 0 (always without Horovod): the one that writes files."""
+  return rank() == 0
+
+
+def is_distributed():
+  """True when Horovod runs with more than one worker."""
+  return size() > 1
+
+
+def shard_for_worker():
+  """(index, count) of this worker's input shard: (rank(), size()); (0, 1) without Horovod."""
+  return rank(), size()
+
+
+# ----------------------------------------------------------------------------- graph ops
+
+def distributed_optimizer(optimizer):
+  """Wraps a tf.compat.v1 optimizer to average gradients over workers; unchanged if alone."""
+  if not is_distributed():
+    return optimizer
+  return _hvd.DistributedOptimizer(optimizer, op=_hvd.Average)
+
+
+def broadcast_hook():
+  """Session hooks that copy rank 0's variables to all workers at start; [] if alone."""
+  return [_hvd.BroadcastGlobalVariablesHook(0)] if is_distributed() else []
+
+
+def allreduce_mean(tensor, name=None):
+  """Mean of `tensor` (any shape, same on all workers) over workers; `tensor` if alone.
+
+  Differentiable (Horovod registers the gradient), so synchronous batch norm can use it for
+  its moments. bfloat16 is reduced in float32, which Horovod's MPI path handles everywhere.
+  """
+  if not is_distributed():
+    return tensor
+  tensor = tf.convert_to_tensor(tensor)
+  if tensor.dtype == tf.bfloat16:
+    return tf.cast(_hvd.allreduce(tf.cast(tensor, tf.float32), op=_hvd.Average, name=name),
+                   tf.bfloat16)
+  return _hvd.allreduce(tensor, op=_hvd.Average, name=name)
+
+
+def allgather(tensor, name=None):
+  """Concatenates `tensor` [n_r, ...] of every worker along axis 0 in rank order.
+
+  The first dimension may differ per worker; the others must match. `tensor` if alone.
+  """
+  if not is_distributed():
+    return tensor
+  return _hvd.allgather(tensor, name=name)
+
+
+# ----------------------------------------------------------------------------- Python objects
+
+def _run_object_collective(collective, *args, **kwargs):
+  """Runs a Horovod *_object collective in a private graph and session.
+
+  In graph mode Horovod builds ops and runs them in a session. A throwaway graph keeps
+  them out of the model graph, which Estimator may already have finalized. Placed on the
+  CPU: the payload is pickled host bytes.
+  """
+  with tf.Graph().as_default(), tf.device('/cpu:0'):
+    with tf.Session(config=tf.ConfigProto(allow_soft_placement=True)) as session:
+      return collective(*args, session=session, **kwargs)
+
+
+def allgather_numpy(array):
+  """List of every worker's numpy `array` in rank order (shapes may differ); [array] if alone."""
+  if not is_distributed():
+    return [array]
+  return _run_object_collective(_hvd.allgather_object, array, name='runtime_allgather_numpy')
+
+
+def broadcast_object(obj, root=0):
+  """`obj` as pickled on worker `root`, returned on every worker; `obj` itself if alone."""
+  if not is_distributed():
+    return obj
+  return _run_object_collective(_hvd.broadcast_object, obj, root_rank=root,
+                                name='runtime_broadcast_object')
+
+
+def barrier():
+  """Returns once every worker has called it; a no-op if alone."""
+  if is_distributed():
+    allgather_numpy(None)
+
+
+# ----------------------------------------------------------------------------- logging
+
+def rank_log_prefix():
+  """'[rank r/size] ' on non-main ranks, '' on the main rank and in a single process.
+
+  Before init() the rank comes from the MPI launcher's environment, so messages logged
+  while choosing the device already say which rank wrote them.
+  """
+  if _hvd is not None:
+    current, total = rank(), size()
+  else:
+    current = _launcher_env(('OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'PMIX_RANK')) or 0
+    total = _launcher_world_size()
+  return '[rank %d/%d] ' % (current, total) if current != 0 else ''
+
+
+class _RankTagFilter(_py_logging.Filter):
+  """Prefixes each record's message with rank_log_prefix() (evaluated per record)."""
+
+  def filter(self, record):
+    prefix = rank_log_prefix()
+    if prefix and not record.getMessage().startswith(prefix):  # select_device tags its own
+      record.msg = prefix + str(record.msg)
+    return True
+
+
+def configure_logging(log_dir=None, program_name='efficientdet'):
+  """Tags non-main ranks' log lines with '[rank r/size]' and keeps their logging on stderr.
+
+  Installs absl's handler on the root logger (as absl.app.run does). The main rank keeps
+  absl's normal logging and, given `log_dir`, also writes absl's log file there; other ranks
+  never write log files. Covers absl.logging and tf.compat.v1.logging. Idempotent.
+  Without Horovod: only the main-rank behaviour.
+  """
+  logging.use_absl_handler()
+  handler = logging.get_absl_handler()
+  targets = [handler, _py_logging.getLogger('tensorflow')]
+  targets += _py_logging.getLogger('tensorflow').handlers  # TF may have its own stderr handler
+  for target in targets:
+    if not any(isinstance(f, _RankTagFilter) for f in target.filters):
+      target.addFilter(_RankTagFilter())
+  if is_main():
+    if log_dir:
+      tf.io.gfile.makedirs(log_dir)
+      handler.use_absl_log_file(program_name, log_dir)
+  else:
+    handler.python_handler.stream = sys.stderr

@@ -1,0 +1,232 @@
+"""EfficientDet network on tiny configs: shapes, sharing, batch norm, precision, errors."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import efficientdet_arch
+import hparams_config
+import nn_layers
+
+tf1 = tf.compat.v1
+
+NUM_CLASSES = 2
+ANCHORS = 9  # num_scales 3 x 3 aspect ratios.
+
+
+def tiny_config(image_size=128, max_level=7, **overrides):
+    config = hparams_config.get_efficientdet_config('efficientdet-d0')
+    config.override(dict(num_classes=NUM_CLASSES, image_size=image_size, fpn_num_filters=16,
+                         fpn_cell_repeats=1, box_class_repeats=1, max_level=max_level,
+                         backbone_name='efficientnet-b0', **overrides))
+    return config
+
+
+def _images(config, batch=2):
+    height, width = hparams_config.parse_image_size(config.image_size)
+    return tf1.placeholder(tf.float32, [batch, height, width, 3], name='images')
+
+
+def _random_images(config, batch=2, seed=0):
+    height, width = hparams_config.parse_image_size(config.image_size)
+    return np.random.RandomState(seed).normal(size=[batch, height, width, 3]).astype(np.float32)
+
+
+def _run(fetches, feed):
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        return sess.run(fetches, feed)
+
+
+@pytest.mark.parametrize('image_size,max_level,height,width', [
+    (128, 7, 128, 128), ('128x64', 5, 64, 128)])
+def test_forward_output_shapes(image_size, max_level, height, width):
+    config = tiny_config(image_size, max_level)
+    with tf.Graph().as_default():
+        images = _images(config)
+        class_outputs, box_outputs = efficientdet_arch.build_model(images, config, False)
+        values = _run((class_outputs, box_outputs), {images: _random_images(config)})
+    assert sorted(values[0]) == sorted(values[1]) == list(range(3, max_level + 1))
+    for level in range(3, max_level + 1):
+        h, w = height // 2 ** level, width // 2 ** level
+        assert values[0][level].shape == (2, h, w, ANCHORS * NUM_CLASSES)
+        assert values[1][level].shape == (2, h, w, ANCHORS * 4)
+        assert values[0][level].dtype == values[1][level].dtype == np.float32
+        assert np.isfinite(values[0][level]).all() and np.isfinite(values[1][level]).all()
+
+
+def _variable_names():
+    return {v.op.name for v in tf1.global_variables()}
+
+
+def test_heads_share_convs_and_keep_batch_norm_per_level():
+    config = tiny_config(max_level=5)
+    with tf.Graph().as_default():
+        efficientdet_arch.build_model(_images(config), config, False)
+        names = _variable_names()
+        predict = [v for v in tf1.trainable_variables() if 'class_net/class-predict/' in v.name]
+    for net, prefix in (('class_net', 'class'), ('box_net', 'box')):
+        convs = sorted(n for n in names if n.startswith('%s/%s-0/' % (net, prefix)))
+        assert convs == ['%s/%s-0/%s' % (net, prefix, v)
+                         for v in ('bias', 'depthwise_kernel', 'pointwise_kernel')]
+        for level in (3, 4, 5):
+            assert '%s/%s-0-bn-%d/gamma' % (net, prefix, level) in names
+        assert '%s/%s-predict/pointwise_kernel' % (net, prefix) in names
+    assert sorted(v.op.name for v in predict) == [
+        'class_net/class-predict/bias', 'class_net/class-predict/depthwise_kernel',
+        'class_net/class-predict/pointwise_kernel']
+    assert 'efficientnet-b0/stem/conv2d/kernel' in names
+    assert 'resample_p6/conv2d/kernel' in names
+    assert 'fpn_cells/cell_0/fnode0/op_after_combine5/conv/pointwise_kernel' not in names  # 3..5
+    assert 'fpn_cells/cell_0/fnode0/op_after_combine3/conv/pointwise_kernel' in names
+
+
+def test_weight_decay_name_filter_catches_every_conv_weight():
+    config = tiny_config(max_level=5)
+    with tf.Graph().as_default():
+        efficientdet_arch.build_model(_images(config), config, True)
+        trainable = [v.op.name.split('/')[-1] for v in tf1.trainable_variables()]
+        frozen = {v.op.name.split('/')[-1] for v in tf1.global_variables()} - set(trainable)
+    kinds = {n for n in trainable if 'kernel' not in n and 'weights' not in n}
+    assert kinds <= {'bias', 'gamma', 'beta', 'WSM', 'WSM_1', 'WSM_2'}
+    assert frozen == {'moving_mean', 'moving_variance'}
+
+
+def test_class_predict_bias_starts_at_prior_probability():
+    config = tiny_config(max_level=5)
+    with tf.Graph().as_default():
+        efficientdet_arch.build_model(_images(config), config, False)
+        bias = [v for v in tf1.global_variables() if v.op.name == 'class_net/class-predict/bias']
+        value = _run(bias[0], {})
+    np.testing.assert_allclose(value, -np.log((1 - 0.01) / 0.01), rtol=1e-6)
+    assert value.shape == (ANCHORS * NUM_CLASSES,)
+
+
+def test_training_mode_adds_update_ops_that_move_statistics():
+    config = tiny_config(max_level=5, survival_prob=1.0)
+    with tf.Graph().as_default():
+        images = _images(config)
+        efficientdet_arch.build_model(images, config, True)
+        update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+        mean = [v for v in tf1.global_variables()
+                if v.op.name == 'efficientnet-b0/stem/tpu_batch_normalization/moving_mean'][0]
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            sess.run(update_ops, {images: _random_images(config)})
+            moved = sess.run(mean)
+        num_bn = len([v for v in tf1.global_variables() if v.op.name.endswith('/gamma')])
+    assert len(update_ops) == 2 * num_bn  # moving mean and variance of every batch norm
+    assert np.abs(moved).max() > 0
+
+
+def test_inference_mode_adds_no_update_ops():
+    config = tiny_config(max_level=5)
+    with tf.Graph().as_default():
+        efficientdet_arch.build_model(_images(config), config, False)
+        assert tf1.get_collection(tf1.GraphKeys.UPDATE_OPS) == []
+
+
+def _build_twice(first, second, feed_config):
+    """Builds two models sharing variables; returns both outputs evaluated on one batch."""
+    with tf.Graph().as_default():
+        images = _images(feed_config)
+        outputs_a = first(images)
+        with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+            outputs_b = second(images)
+        return _run((outputs_a, outputs_b), {images: _random_images(feed_config)})
+
+
+def test_bfloat16_compute_gives_float32_outputs_close_to_float32():
+    config = tiny_config(max_level=5)
+    half = tiny_config(max_level=5, mixed_precision=True)
+    values_32, values_16 = _build_twice(
+        lambda x: efficientdet_arch.build_model(x, config, False),
+        lambda x: efficientdet_arch.build_model(x, half, False, compute_dtype='bfloat16'),
+        config)
+    for level in (3, 4, 5):
+        for full, low in ((values_32[0][level], values_16[0][level]),
+                          (values_32[1][level], values_16[1][level])):
+            assert low.dtype == np.float32 and np.isfinite(low).all()
+            scale = np.abs(full).max()
+            assert np.abs(full - low).max() < 0.1 * scale + 0.05
+
+
+def test_sync_batch_norm_with_identity_allreduce_matches_local():
+    calls = []
+
+    def identity_mean(tensor):
+        calls.append(tensor)
+        return tensor
+
+    local = tiny_config(max_level=5, survival_prob=1.0)
+    synced = tiny_config(max_level=5, survival_prob=1.0, sync_batch_norm=True)
+    values_local, values_sync = _build_twice(
+        lambda x: efficientdet_arch.build_model(x, local, True),
+        lambda x: efficientdet_arch.build_model(x, synced, True, allreduce_mean_fn=identity_mean),
+        local)
+    assert calls and all(t.dtype == tf.float32 for t in calls)
+    for level in (3, 4, 5):
+        np.testing.assert_allclose(values_sync[1][level], values_local[1][level],
+                                   rtol=1e-2, atol=1e-3)
+
+
+def test_batch_norm_sync_path_equals_fused_path_on_one_layer():
+    values = np.random.RandomState(1).normal(2.0, 3.0, size=[4, 5, 6, 7]).astype(np.float32)
+    with tf.Graph().as_default():
+        inputs = tf.constant(values)
+        fused = nn_layers.batch_norm(inputs, True, name='bn')
+        with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+            synced = nn_layers.batch_norm(inputs, True, name='bn', allreduce_mean_fn=tf.identity)
+        fused, synced = _run((fused, synced), {})
+    expected = (values - values.mean((0, 1, 2))) / np.sqrt(values.var((0, 1, 2)) + 1e-3)
+    np.testing.assert_allclose(fused, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(synced, fused, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('overrides', [
+    dict(fpn_weight_method='attn'), dict(fpn_weight_method='sum'),
+    dict(separable_conv=False), dict(conv_bn_act_pattern=True),
+    dict(conv_after_downsample=True, apply_bn_for_resampling=False), dict(act_type='relu')])
+def test_fpn_options_build_with_exact_shapes(overrides):
+    config = tiny_config(max_level=6, **overrides)
+    with tf.Graph().as_default():
+        class_outputs, box_outputs = efficientdet_arch.build_model(_images(config), config, True)
+        names = _variable_names()
+    assert class_outputs[6].shape.as_list() == [2, 2, 2, ANCHORS * NUM_CLASSES]
+    assert box_outputs[3].shape.as_list() == [2, 16, 16, ANCHORS * 4]
+    has_fusion_weights = any(n.endswith('/WSM') for n in names)
+    assert has_fusion_weights == (config.fpn_weight_method != 'sum')
+
+
+def test_image_size_not_divisible_is_a_config_error():
+    config = tiny_config(image_size=96, max_level=7)
+    with tf.Graph().as_default():
+        with pytest.raises(hparams_config.ConfigError, match='divisible by 2\\^max_level = 128'):
+            efficientdet_arch.build_model(_images(config), config, False)
+
+
+def test_images_must_match_config_image_size():
+    config = tiny_config(max_level=5)
+    with tf.Graph().as_default():
+        images = tf1.placeholder(tf.float32, [1, 64, 128, 3])
+        with pytest.raises(ValueError, match='image_size=128'):
+            efficientdet_arch.build_model(images, config, False)
+
+
+@pytest.mark.parametrize('mixed_precision,compute_dtype', [
+    (True, 'float32'), (False, 'bfloat16'), (False, 'float64')])
+def test_compute_dtype_must_agree_with_mixed_precision(mixed_precision, compute_dtype):
+    config = tiny_config(max_level=5, mixed_precision=mixed_precision)
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match='compute_dtype'):
+            efficientdet_arch.build_model(_images(config), config, False,
+                                          compute_dtype=compute_dtype)
+
+
+def test_upsample_nearest_repeats_pixels_exactly():
+    values = np.arange(6, dtype=np.float32).reshape([1, 2, 3, 1])
+    with tf.Graph().as_default():
+        up = nn_layers.upsample_nearest(tf.constant(values), 2, 2)
+        assert up.shape.as_list() == [1, 4, 6, 1]
+        result = _run(up, {})
+    np.testing.assert_array_equal(result[0, :, :, 0], np.repeat(np.repeat(values[0, :, :, 0],
+                                                                          2, 0), 2, 1))

@@ -1,0 +1,159 @@
+"""Benchmarks and run diagnostics on the tiny config: every bench.py mode runs a couple of real
+steps and emits all its fields; the profiler window writes a trace; memory.csv and the curves
+PNG are produced; host post-processing agrees with the in-graph one."""
+import csv
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import anchors
+import bench
+import hparams_config
+import host_postprocess
+import inference
+from conftest import TINY_HPARAMS, run_main, run_python, tiny_flags
+
+tf1 = tf.compat.v1
+
+
+@pytest.fixture(scope='module')
+def profiled_run(tiny_dataset, tmp_path_factory):
+    """Four steps of train_and_eval with the profiler on steps 2..3, shared by the tests."""
+    model_dir = str(tmp_path_factory.mktemp('profiled_run'))
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
+                                 '--num_epochs=2', '--profile_steps=2,3'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    return model_dir
+
+
+def _bench(args, timeout=900):
+    result = run_python(['bench.py'] + args, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-5000:]
+    parsed = bench.parse_result_lines(result.stdout)
+    assert len(parsed) == 1, result.stdout[-3000:]
+    return parsed[0], result.stdout
+
+
+def test_profiler_window_writes_a_trace(profiled_run):
+    traces = glob.glob(os.path.join(profiled_run, 'profile', '**', '*.xplane.pb'),
+                       recursive=True)
+    assert traces and all(os.path.getsize(path) > 0 for path in traces)
+
+
+def test_memory_csv_has_a_row_per_log_step(profiled_run):
+    with open(os.path.join(profiled_run, 'memory.csv')) as f:
+        rows = list(csv.DictReader(f))
+    assert rows and [int(r['step']) for r in rows] == sorted(int(r['step']) for r in rows)
+    assert all(float(r['host_rss_mb']) > 0 and float(r['host_peak_rss_mb']) > 0 for r in rows)
+
+
+def test_plot_curves_renders_a_png(profiled_run, tmp_path):
+    output = str(tmp_path / 'curves.png')
+    result = run_python(['plot_curves.py', '--model_dir=%s' % profiled_run,
+                         '--output=%s' % output])
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert '2 eval records' in result.stdout
+    with open(output, 'rb') as f:
+        assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+    assert os.path.getsize(output) > 10000
+
+
+def test_plot_curves_without_a_log_is_a_clear_error(tmp_path):
+    result = run_python(['plot_curves.py', '--model_dir=%s' % tmp_path,
+                         '--output=%s' % (tmp_path / 'c.png')])
+    assert result.returncode == 2 and 'no train or eval records' in result.stdout
+
+
+def test_bench_train_reports_throughput_and_memory():
+    result, output = _bench(['train', '--batch_sizes=2', '--steps=2', '--warmup=1',
+                             '--hparams=%s' % TINY_HPARAMS])
+    assert 'images/s/rank' in output
+    (row,) = result['rows']
+    for key in ('images_per_sec_per_rank', 'images_per_sec_global', 'step_time_ms',
+                'peak_host_memory_mb'):
+        assert row[key] > 0, key
+    assert row['global_batch'] == 2 and row['ranks'] == 1 and row['steps'] == 2
+    assert '--use_fake_data' in row['command'] and '--benchmark' in row['command']
+
+
+INFER_FIELDS = ('images_per_sec', 'latency_avg_ms', 'latency_p50_ms', 'latency_p90_ms',
+                'latency_p95_ms', 'latency_p99_ms')
+
+
+def test_bench_infer_every_postprocess_mode():
+    result, output = _bench(['infer', '--random_weights', '--batch_sizes=1,2',
+                             '--postprocess=graph,host,none', '--steps=2', '--warmup=1',
+                             '--hparams=%s' % TINY_HPARAMS])
+    assert 'p99 ms' in output
+    assert [(r['batch_size'], r['postprocess']) for r in result['rows']] == [
+        (b, m) for b in (1, 2) for m in ('graph', 'host', 'none')]
+    for row in result['rows']:
+        assert all(row[key] > 0 for key in INFER_FIELDS) and row['steps'] == 2
+
+
+def test_bench_infer_image_sources(tiny_dataset):
+    image_dir = os.path.join(tiny_dataset['root'], 'val')
+    image = sorted(glob.glob(os.path.join(image_dir, '*.jpg')))[0]
+    for source in ('image:' + image, 'repeat:' + image, 'dir:' + image_dir):
+        result, _ = _bench(['infer', '--random_weights', '--batch_sizes=2', '--steps=1',
+                            '--warmup=0', '--source=' + source, '--hparams=%s' % TINY_HPARAMS])
+        assert result['rows'][0]['images_per_sec'] > 0, source
+
+
+def test_bench_infer_user_errors():
+    result = run_python(['bench.py', 'infer', '--batch_sizes=1', '--postprocess=gpu'])
+    assert result.returncode == 2 and 'graph, host, none' in result.stdout
+    result = run_python(['bench.py', 'infer', '--batch_sizes=1'])
+    assert result.returncode == 2 and '--random_weights' in result.stdout
+
+
+def test_bench_input_measures_the_pipeline(tiny_dataset):
+    result, _ = _bench(['input', '--file_pattern=%s' % tiny_dataset['train_pattern'],
+                        '--batch_size=2', '--num_batches=3', '--hparams=%s' % TINY_HPARAMS])
+    assert result['bench'] == 'input' and result['batch_size'] == 2
+    numbers = [v for v in result.values() if isinstance(v, float)]
+    assert numbers and all(np.isfinite(numbers))
+
+
+def test_host_postprocess_matches_the_graph():
+    config = hparams_config.get_efficientdet_config('efficientdet-d0')
+    config.override(TINY_HPARAMS + ',num_classes=3,nms_configs.max_nms_inputs=300')
+    spec = inference.ModelSpec(config, None, None)
+    rng = np.random.default_rng(0)
+    # Square noise: no padding, whose identical pixels would give tied scores.
+    images = rng.integers(0, 256, [2, 256, 256, 3], dtype=np.uint8)
+    predictor = inference.GraphPredictor(spec)
+    try:
+        outputs = predictor.predict(images, inference.OUTPUT_KEYS + inference.RAW_KEYS)
+    finally:
+        predictor.close()
+    anchor_boxes = anchors.generate_anchor_boxes(128, 128, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
+    nms = config.nms_configs
+    host = host_postprocess.generate_detections(
+        outputs['class_logits'], outputs['box_codes'], anchor_boxes, outputs['image_scales'],
+        outputs['image_sizes'], iou_thresh=nms.iou_thresh, score_thresh=nms.score_thresh,
+        max_nms_inputs=nms.max_nms_inputs, max_output_size=nms.max_output_size)
+    np.testing.assert_allclose(outputs['image_scales'], [2.0, 2.0], rtol=1e-6)
+    for index, (boxes, scores, labels) in enumerate(host):
+        count = outputs['num_detections'][index]
+        assert count == len(scores) > 0
+        graph_rows = np.concatenate([outputs['detection_boxes'][index][:count],
+                                     outputs['detection_scores'][index][:count, None],
+                                     outputs['detection_classes'][index][:count, None]], axis=1)
+        host_rows = np.concatenate([boxes, scores[:, None], labels[:, None]], axis=1)
+        _assert_same_rows(host_rows, graph_rows)
+
+
+def _assert_same_rows(rows_a, rows_b):
+    """Equal up to the order of equal scores."""
+    unused = list(range(len(rows_b)))
+    for row in rows_a:
+        matches = [j for j in unused if rows_b[j][5] == row[5]
+                   and abs(rows_b[j][4] - row[4]) <= 1e-5 * row[4]
+                   and np.abs(rows_b[j][:4] - row[:4]).max() <= 1e-3]
+        assert matches, row
+        unused.remove(matches[0])

@@ -1,0 +1,68 @@
+"""Real `mpirun -np 2` runs through the launcher: Horovod training and distributed evaluation."""
+import glob
+import json
+import os
+import re
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from conftest import run_main, run_python, tiny_flags
+
+CHECKSUM_RE = re.compile(r'final weights at step (\d+): checksum (\S+)')
+
+
+def _launch(flags, timeout=900):
+    return run_python(['demo_efficientdet.py', '--use_horovod', '2'] + flags, timeout=timeout)
+
+
+@pytest.fixture(scope='module')
+def distributed_run(tiny_dataset, tmp_path_factory):
+    model_dir = str(tmp_path_factory.mktemp('hvd'))
+    # Global batch 4 = 2 per rank; 8 examples per epoch -> 2 steps per epoch.
+    flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=2',
+                       '--train_batch_size=4', '--num_examples_per_epoch=8')
+    result = _launch(flags)
+    assert result.returncode == 0, result.stdout[-6000:]
+    return model_dir, result.stdout
+
+
+def test_both_ranks_finish_with_identical_weights(distributed_run):
+    _, output = distributed_run
+    found = CHECKSUM_RE.findall(output)
+    assert len(found) == 2, output[-4000:]
+    assert found[0] == found[1]
+    assert found[0][0] == '4'
+
+
+def test_global_step_follows_the_global_batch_and_only_rank0_writes(distributed_run):
+    model_dir, output = distributed_run
+    assert tf.train.latest_checkpoint(model_dir).endswith('-4')
+    with open(os.path.join(model_dir, 'train_log.jsonl')) as f:
+        steps = [json.loads(line)['step'] for line in f]
+    assert steps == sorted(set(steps)) and steps[-1] == 4  # One writer: no step twice.
+    records = [json.loads(line) for line in open(os.path.join(model_dir, 'train_log.jsonl'))]
+    assert records[-1]['images_per_sec'] > 0
+    # Rank 1 logs with its rank tag (on stderr, merged by mpirun's --tag-output).
+    assert re.search(r'\[1,1\]<std(out|err)>:.*\[rank 1/2\]', output), output[-3000:]
+    assert 'x2:' in output  # "on CPU x2: N steps"
+
+
+def test_distributed_eval_equals_single_process(distributed_run, tiny_dataset, tmp_path):
+    model_dir, _ = distributed_run
+    single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
+    for target in (single, multi):
+        shutil.copytree(model_dir, target)
+        for path in glob.glob(os.path.join(target, 'eval*')) + glob.glob(os.path.join(target, 'best')):
+            shutil.rmtree(path, ignore_errors=True)
+    common = ['--mode=eval', '--num_epochs=2', '--train_batch_size=4',
+              '--num_examples_per_epoch=8', '--eval_timeout=1', '--min_eval_interval=0']
+    one = run_main(tiny_flags(tiny_dataset, single, *common))
+    assert one.returncode == 0, one.stdout[-5000:]
+    two = _launch(tiny_flags(tiny_dataset, multi, *common))
+    assert two.returncode == 0, two.stdout[-5000:]
+    metrics = [json.load(open(os.path.join(d, 'eval', 'metrics-4.json')))['metrics']
+               for d in (single, multi)]
+    assert metrics[0] == metrics[1]
+    assert any(v not in (0, -1, None) for v in metrics[0].values()), metrics[0]

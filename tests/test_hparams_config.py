@@ -1,0 +1,92 @@
+"""Config system: variants, overrides in order, type checks, errors and YAML round trip."""
+import pytest
+
+import hparams_config
+from hparams_config import ConfigError, get_efficientdet_config
+
+
+def test_variant_table_holds_the_published_scaling():
+    d3 = get_efficientdet_config('efficientdet-d3')
+    assert (d3.backbone_name, d3.image_size, d3.fpn_num_filters, d3.fpn_cell_repeats,
+            d3.box_class_repeats) == ('efficientnet-b3', 896, 160, 6, 4)
+    d7x = get_efficientdet_config('efficientdet-d7x')
+    assert (d7x.backbone_name, d7x.max_level, d7x.anchor_scale, d7x.fpn_weight_method) == (
+        'efficientnet-b7', 8, 4.0, 'sum')
+    assert get_efficientdet_config('efficientdet-d7').anchor_scale == 5.0
+    # Defaults shared by every variant.
+    assert d3.nms_configs.max_output_size == 100 and d3.weight_decay == 4e-5
+
+
+def test_unknown_model_name_lists_valid_choices():
+    with pytest.raises(ConfigError, match=r"efficientdet-d9.*efficientdet-d0.*efficientdet-d7x"):
+        get_efficientdet_config('efficientdet-d9')
+
+
+def test_string_overrides_with_nesting_lists_and_types():
+    config = get_efficientdet_config('efficientdet-d0')
+    config.override('num_classes=3,nms_configs.iou_thresh=0.6,aspect_ratios=[1.0,2.0],'
+                    'image_size=640x384,learning_rate=1')
+    assert config.num_classes == 3
+    assert config.nms_configs.iou_thresh == 0.6
+    assert config.aspect_ratios == [1.0, 2.0]
+    assert config.image_size == '640x384'
+    assert hparams_config.parse_image_size(config.image_size) == (384, 640)
+    assert isinstance(config.learning_rate, float) and config.learning_rate == 1.0
+    config.override('aspect_ratios=1.0*0.5')  # automl's list syntax.
+    assert config.aspect_ratios == [1.0, 0.5]
+
+
+def test_yaml_then_string_applied_in_that_order(tmp_path):
+    path = tmp_path / 'recipe.yaml'
+    path.write_text('num_classes: 5\nimage_size: 256\nnms_configs:\n  method: gaussian\n')
+    config = get_efficientdet_config('efficientdet-d0')
+    config.override(str(path)).override('num_classes=7')
+    assert (config.num_classes, config.image_size, config.nms_configs.method) == (7, 256, 'gaussian')
+
+
+@pytest.mark.parametrize('text, message', [
+    ('image_size=abc', 'image_size must be a positive integer'),
+    ('num_classes=2.5', 'num_classes must be an integer'),
+    ('separable_conv=maybe', 'separable_conv must be true or false'),
+    ('learning_rate=fast', 'learning_rate must be a number'),
+    ('optimizer=lamb', "optimizer='lamb' is not one of: sgd, adam"),
+    ('num_clases=3', "unknown hparams key 'num_clases'. Did you mean: num_classes"),
+    ('nms_configs.iou=0.3', "Valid keys of nms_configs: iou_thresh, max_nms_inputs"),
+    ('num_classes', 'not of the form key=value'),
+])
+def test_bad_overrides_are_errors_naming_the_key(text, message):
+    config = get_efficientdet_config('efficientdet-d0')
+    with pytest.raises(ConfigError) as error:
+        config.override(text)
+    assert message in str(error.value)
+
+
+def test_yaml_file_errors_are_clear(tmp_path):
+    config = get_efficientdet_config('efficientdet-d0')
+    with pytest.raises(ConfigError, match='cannot read hparams file'):
+        config.override(str(tmp_path / 'missing.yaml'))
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('num_classes: [1, 2\n')
+    with pytest.raises(ConfigError, match='not valid YAML'):
+        config.override(str(bad))
+    code = tmp_path / 'code.yaml'
+    code.write_text("num_classes: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ConfigError, match='not valid YAML'):
+        config.override(str(code))
+
+
+def test_yaml_round_trip_is_exact():
+    config = get_efficientdet_config('efficientdet-d2')
+    config.override('image_size=640x384,aspect_ratios=[1.0,2.0,0.5],label_smoothing=0.1')
+    text = config.to_yaml()
+    assert hparams_config.Config.from_yaml(text) == config
+    assert hparams_config.Config.from_yaml(text).to_yaml() == text
+
+
+def test_validate_rejects_sizes_not_divisible_by_the_coarsest_stride():
+    config = get_efficientdet_config('efficientdet-d0')
+    config.override('image_size=500')
+    with pytest.raises(ConfigError, match=r'divisible by 2\^max_level = 128.*512x512'):
+        hparams_config.validate(config)
+    config.override('image_size=640x384')
+    hparams_config.validate(config)

@@ -1,0 +1,246 @@
+"""Export and prediction end to end on a tiny trained model: the SavedModel, loaded with plain
+tf.saved_model.load in a fresh process, gives eval mode's detections (both signatures); the
+predict CLI annotates a directory of odd images and skips a corrupt one."""
+import json
+import os
+import pickle
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import dataloader
+import det_model_fn
+import hparams_config
+import host_postprocess
+import visualize
+from conftest import run_main, run_python, tiny_flags
+from dataset import label_map as label_map_lib
+
+tf1 = tf.compat.v1
+
+
+@pytest.fixture(scope='module')
+def trained(tiny_dataset, tmp_path_factory):
+    """Two training steps of the tiny model; its model_dir is shared by the tests here."""
+    model_dir = str(tmp_path_factory.mktemp('inference_run'))
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    return model_dir
+
+
+@pytest.fixture(scope='module')
+def exported(trained, tmp_path_factory):
+    export_dir = str(tmp_path_factory.mktemp('export') / 'saved_model')
+    result = run_python(['inference.py', 'export', '--model_dir=%s' % trained,
+                         '--export_dir=%s' % export_dir])
+    assert result.returncode == 0, result.stdout[-5000:]
+    return export_dir
+
+
+def _val_records(pattern):
+    """{source_id: encoded JPEG bytes} of the validation TFRecords."""
+    records = {}
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            example = tf.train.Example.FromString(raw)
+            feature = example.features.feature
+            source_id = int(feature['image/source_id'].bytes_list.value[0])
+            records[source_id] = feature['image/encoded'].bytes_list.value[0]
+    return records
+
+
+def _eval_mode_detections(model_dir, val_pattern):
+    """{source_id: rows [n, 7]} from Estimator.predict through det_model_fn (EMA weights)."""
+    with open(os.path.join(model_dir, 'config.yaml')) as f:
+        config = hparams_config.Config.from_yaml(f.read())
+    params = dict(config.as_dict(), compute_dtype='float32', batch_size=2)
+    reader = dataloader.InputReader(val_pattern, is_training=False)
+
+    def input_fn(params):
+        def as_features(images, labels):
+            features = {key: labels[key] for key in det_model_fn.PREDICT_PASSTHROUGH}
+            features['images'] = images
+            return features
+        return reader(params).map(as_features)
+    estimator = tf1.estimator.Estimator(det_model_fn.model_fn, model_dir=model_dir,
+                                        params=params)
+    detections = {}
+    for batch in estimator.predict(input_fn, yield_single_examples=False):
+        for source_id, rows, count in zip(batch['source_ids'], batch['detections'],
+                                          batch['num_detections']):
+            detections[int(source_id)] = rows[:count]
+    return detections
+
+
+FRESH_PROCESS_SCRIPT = textwrap.dedent('''
+    import pickle, sys
+    import tensorflow as tf
+    export_dir, inputs_path, outputs_path = sys.argv[1:]
+    with open(inputs_path, 'rb') as f:
+        encoded = pickle.load(f)
+    model = tf.saved_model.load(export_dir)
+    by_pixels = {}
+    for source_id, data in encoded.items():
+        pixels = tf.io.decode_jpeg(data, channels=3)[None]
+        out = model.signatures['serving_default'](images=pixels)
+        by_pixels[source_id] = {k: v.numpy()[0] for k, v in out.items()}
+    ids = sorted(encoded)
+    out = model.signatures['serving_encoded'](encoded_images=tf.constant([encoded[i] for i in ids]))
+    by_encoded = {i: {k: v.numpy()[n] for k, v in out.items()} for n, i in enumerate(ids)}
+    with open(outputs_path, 'wb') as f:
+        pickle.dump({'pixels': by_pixels, 'encoded': by_encoded}, f)
+''')
+
+
+def _assert_same_detections(expected_rows, outputs, category_ids, source_id):
+    count = int(outputs['num_detections'])
+    assert count == len(expected_rows), source_id
+    np.testing.assert_allclose(outputs['detection_boxes'][:count], expected_rows[:, 1:5],
+                               atol=1e-3, err_msg='boxes of image %d' % source_id)
+    np.testing.assert_allclose(outputs['detection_scores'][:count], expected_rows[:, 5],
+                               rtol=1e-5, atol=1e-6, err_msg='scores of image %d' % source_id)
+    expected_classes = [category_ids[int(label)] for label in expected_rows[:, 6]]
+    assert outputs['detection_classes'][:count].tolist() == expected_classes, source_id
+
+
+def test_saved_model_in_a_fresh_process_equals_eval_mode(trained, exported, tiny_dataset,
+                                                         tmp_path):
+    encoded = _val_records(tiny_dataset['val_pattern'])
+    inputs_path, outputs_path = str(tmp_path / 'inputs.pkl'), str(tmp_path / 'outputs.pkl')
+    with open(inputs_path, 'wb') as f:
+        pickle.dump(encoded, f)
+    result = run_python(['-c', FRESH_PROCESS_SCRIPT, exported, inputs_path, outputs_path])
+    assert result.returncode == 0, result.stdout[-5000:]
+    with open(outputs_path, 'rb') as f:
+        served = pickle.load(f)
+
+    expected = _eval_mode_detections(trained, tiny_dataset['val_pattern'])
+    category_ids = label_map_lib.load_label_map(
+        tiny_dataset['train_label_map']).label_to_category_id
+    assert sorted(expected) == sorted(encoded) and len(expected) == 8
+    assert sum(len(rows) for rows in expected.values()) > 0
+    for signature in ('pixels', 'encoded'):
+        for source_id, rows in expected.items():
+            _assert_same_detections(rows, served[signature][source_id], category_ids, source_id)
+
+
+def test_export_is_complete_and_replaces_atomically(trained, exported):
+    assert tf.saved_model.contains_saved_model(exported)
+    extra = os.path.join(exported, 'assets.extra')
+    assert json.load(open(os.path.join(extra, 'label_map.json')))['num_classes'] == 4
+    assert json.load(open(os.path.join(extra, 'export.json')))['checkpoint'].endswith('-2')
+    parent = os.path.dirname(exported)
+    assert [n for n in os.listdir(parent) if n.startswith('.')] == []
+
+
+def _odd_images(directory, encoded_jpegs):
+    """Writes images of several modes and one corrupt file; returns the good names."""
+    os.makedirs(directory)
+    names = []
+    for index, data in enumerate(encoded_jpegs[:2]):
+        names.append('%06d.jpg' % (index + 1))
+        with open(os.path.join(directory, names[-1]), 'wb') as f:
+            f.write(data)
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, [90, 200], dtype=np.uint8), 'L').save(
+        os.path.join(directory, 'gray.png'))
+    Image.fromarray(rng.integers(0, 255, [300, 140, 4], dtype=np.uint8), 'RGBA').save(
+        os.path.join(directory, 'alpha.png'))
+    Image.fromarray(rng.integers(0, 255, [64, 64, 4], dtype=np.uint8), 'CMYK').save(
+        os.path.join(directory, 'cmyk.jpg'))
+    Image.fromarray(rng.integers(0, 255, [40, 700, 3], dtype=np.uint8), 'RGB').save(
+        os.path.join(directory, 'wide.bmp'))
+    names += ['alpha.png', 'cmyk.jpg', 'gray.png', 'wide.bmp']
+    with open(os.path.join(directory, 'broken.jpg'), 'wb') as f:
+        f.write(encoded_jpegs[0][:200])  # A truncated JPEG.
+    return sorted(names)
+
+
+def test_predict_directory_with_a_corrupt_file(exported, tiny_dataset, tmp_path):
+    images = str(tmp_path / 'images')
+    good = _odd_images(images, list(_val_records(tiny_dataset['val_pattern']).values()))
+    output_dir = str(tmp_path / 'predictions')
+    result = run_python(['inference.py', 'predict', '--saved_model=%s' % exported,
+                         '--input=%s' % images, '--output_dir=%s' % output_dir,
+                         '--min_score=0'])
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert 'skipped %s' % os.path.join(images, 'broken.jpg') in result.stdout
+    assert 'processed %d image(s), skipped 1' % len(good) in result.stdout
+    written = sorted(os.listdir(output_dir))
+    assert written == sorted(['detections.json', 'wide.bmp.png'] +
+                             [n for n in good if n != 'wide.bmp'])
+    for name in written:
+        if name != 'detections.json':
+            with Image.open(os.path.join(output_dir, name)) as image:
+                source = [n for n in good if name.startswith(n)][0]
+                with Image.open(os.path.join(images, source)) as original:
+                    assert image.size == original.size and image.mode == 'RGB'
+    rows = json.load(open(os.path.join(output_dir, 'detections.json')))
+    assert {r['file_name'] for r in rows} <= set(good) and rows
+    categories = {3, 17, 42, 90}
+    for row in rows:
+        assert row['category_id'] in categories and len(row['bbox']) == 4
+        assert 0 <= row['score'] <= 1 and row['bbox'][2] >= 0 and row['bbox'][3] >= 0
+    assert {r['image_id'] for r in rows if r['file_name'] == '000001.jpg'} == {1}
+
+
+def test_predict_from_model_dir_and_nothing_readable(trained, tmp_path):
+    broken = tmp_path / 'broken'
+    broken.mkdir()
+    (broken / 'a.jpg').write_bytes(b'not an image')
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % trained,
+                         '--input=%s' % broken, '--output_dir=%s' % (tmp_path / 'out')])
+    assert result.returncode != 0 and 'skipped' in result.stdout
+    picture = tmp_path / 'one.png'
+    Image.fromarray(np.full([100, 150, 3], 200, np.uint8)).save(picture)
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % trained,
+                         '--input=%s' % picture, '--output_dir=%s' % (tmp_path / 'out'),
+                         '--repeat=3'])
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert 'latency per image' in result.stdout
+    assert os.path.getsize(tmp_path / 'out' / 'one.png') > 0
+
+
+def test_export_without_checkpoint_is_a_clear_error(tmp_path):
+    result = run_python(['inference.py', 'export', '--model_dir=%s' % tmp_path,
+                         '--export_dir=%s' % (tmp_path / 'x')])
+    assert result.returncode == 2 and 'config.yaml' in result.stdout
+    assert 'Traceback' not in result.stdout
+
+
+def test_label_text_contrasts_with_its_fill():
+    assert visualize.text_colour_for((0, 0, 128)) == visualize.WHITE
+    assert visualize.text_colour_for((255, 215, 0)) == visualize.BLACK
+    for colour in visualize.PALETTE:
+        assert visualize.contrast_ratio(colour, visualize.text_colour_for(colour)) >= 4.5
+
+
+def test_draw_detections_fills_a_tag_in_the_class_colour():
+    image = Image.new('L', (120, 80), 0)
+    drawn = visualize.draw_detections(image, [[30, 20, 70, 100]], [0.9], [3],
+                                      {3: 'circle'})
+    pixels = np.asarray(drawn)
+    assert drawn.mode == 'RGB' and drawn.size == (120, 80)
+    colour = visualize.class_colour(3)
+    assert (pixels == colour).all(axis=-1).sum() > 100  # Outline and filled tag.
+    assert (pixels[:30] == colour).all(axis=-1).any()  # Tag above the box.
+
+
+def test_host_nms_on_hand_placed_boxes():
+    boxes = np.array([[0, 0, 10, 10], [0, 1, 10, 11], [20, 20, 30, 30], [0, 0, 10, 10.5],
+                      [50, 50, 60, 60]], np.float64)
+    scores = np.array([0.9, 0.8, 0.7, 0.95, 0.1])
+    # Box 3 (best) suppresses 0 (IoU 100/105) and 1 (IoU 95/110); 2 and 4 stand alone.
+    assert host_postprocess.nms(boxes, scores, 0.5, 10).tolist() == [3, 2, 4]
+    assert host_postprocess.nms(boxes, scores, 0.5, 2).tolist() == [3, 2]
+
+
+def test_host_nms_per_class():
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10]], np.float64)
+    scores = np.array([0.9, 0.8, 0.7])
+    # Identical boxes: only another class survives the best one.
+    assert host_postprocess.nms(boxes, scores, 0.5, 10, classes=np.array([0, 0, 1])).tolist() \
+        == [0, 2]

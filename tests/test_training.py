@@ -1,0 +1,125 @@
+"""main.py end to end on a tiny real dataset: train, checkpoint, COCO eval, resume, warm start,
+NaN stop and the user-error messages. Each run is a real subprocess, as a user runs it."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import run_main, tiny_flags, TINY_HPARAMS
+
+METRIC_KEYS = ['AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
+               'ARmax1', 'ARmax10', 'ARmax100', 'ARs', 'ARm', 'ARl']
+
+
+def _records(model_dir, event):
+    with open(os.path.join(model_dir, 'train_log.jsonl')) as f:
+        rows = [json.loads(line) for line in f]
+    return [r for r in rows if r.get('event') == event]
+
+
+@pytest.fixture(scope='module')
+def trained(tiny_dataset, tmp_path_factory):
+    """One epoch (2 steps) of train_and_eval; shared by the tests that inspect its outputs."""
+    model_dir = str(tmp_path_factory.mktemp('trained'))
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
+                                 '--num_epochs=1'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    return model_dir, result.stdout
+
+
+def test_train_and_eval_writes_checkpoint_metrics_and_logs(trained):
+    model_dir, output = trained
+    assert tf.train.latest_checkpoint(model_dir).endswith('-2')
+    for line in ['Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]',
+                 'Average Recall     (AR) @[ IoU=0.50:0.95 | area= large | maxDets=100 ]']:
+        assert line in output
+    evals = _records(model_dir, 'eval')
+    assert len(evals) == 1 and evals[0]['step'] == 2
+    assert all(key in evals[0] for key in METRIC_KEYS)
+    train = _records(model_dir, 'train')
+    assert [r['step'] for r in train][-1] == 2
+    for record in train:
+        assert np.isfinite(record['loss']) and record['images_per_sec'] > 0
+        assert {'cls_loss', 'box_loss', 'learning_rate', 'eta_sec'} <= set(record)
+    best = json.load(open(os.path.join(model_dir, 'best', 'best_eval.json')))
+    assert best['step'] == 2 and tf.train.latest_checkpoint(os.path.join(model_dir, 'best'))
+    assert os.path.exists(os.path.join(model_dir, 'config.yaml'))
+    assert os.path.getsize(os.path.join(model_dir, 'memory.csv')) > 0
+
+
+def test_resume_continues_the_step_counter(trained, tiny_dataset, tmp_path):
+    model_dir, _ = trained
+    resumed = str(tmp_path / 'resumed')
+    os.makedirs(resumed)
+    for name in os.listdir(model_dir):
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path):
+            with open(path, 'rb') as src, open(os.path.join(resumed, name), 'wb') as dst:
+                dst.write(src.read())
+    result = run_main(tiny_flags(tiny_dataset, resumed, '--mode=train', '--num_epochs=2'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert tf.train.latest_checkpoint(resumed).endswith('-4')
+    steps = [r['step'] for r in _records(resumed, 'train')]
+    assert steps[-1] == 4 and 3 in steps and steps.index(3) > steps.index(2)
+
+
+def test_warm_start_with_another_class_count(trained, tiny_dataset, tmp_path):
+    model_dir, _ = trained
+    result = run_main(tiny_flags(
+        tiny_dataset, str(tmp_path / 'finetune'), '--mode=train', '--num_epochs=1',
+        '--ckpt=%s' % model_dir, hparams=TINY_HPARAMS + ',num_classes=5'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert 'class head re-initialised' in result.stdout
+
+
+def test_warm_start_from_a_checkpoint_that_does_not_fit(trained, tiny_dataset, tmp_path):
+    model_dir, _ = trained
+    result = run_main(tiny_flags(
+        tiny_dataset, str(tmp_path / 'wrong'), '--mode=train', '--num_epochs=1',
+        '--ckpt=%s' % model_dir, hparams=TINY_HPARAMS.replace('fpn_num_filters=16',
+                                                              'fpn_num_filters=24')))
+    assert result.returncode == 2
+    assert 'does not fit this model' in result.stdout
+    assert 'checkpoint has shape' in result.stdout
+
+
+def test_model_dir_of_another_model_is_refused(trained, tiny_dataset):
+    model_dir, _ = trained
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=3',
+                                 hparams=TINY_HPARAMS.replace('fpn_cell_repeats=1',
+                                                              'fpn_cell_repeats=2')))
+    assert result.returncode == 2
+    assert 'holds a checkpoint of another model' in result.stdout
+    assert 'fpn_cell_repeats 1 != 2' in result.stdout
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_dataset, tmp_path):
+    model_dir = str(tmp_path / 'nan')
+    result = run_main(tiny_flags(
+        tiny_dataset, model_dir, '--mode=train', '--num_epochs=3', '--cp_every_n_steps=1',
+        hparams=TINY_HPARAMS + ',learning_rate=1e30,clip_gradients_norm=0.0,lr_warmup_init=1e30'))
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert 'loss became' in result.stdout and 'at step' in result.stdout
+    latest = tf.train.latest_checkpoint(model_dir)
+    assert latest is not None
+    reader = tf.train.load_checkpoint(latest)
+    for name in reader.get_variable_to_shape_map():
+        value = reader.get_tensor(name)
+        if np.issubdtype(np.asarray(value).dtype, np.floating):
+            assert np.all(np.isfinite(value)), name
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--training_file_pattern=/nonexistent/train-*.tfrecord'], 'no files match'),
+    (['--train_batch_size=0'], 'must be a positive multiple of the number of ranks'),
+    (['--hparams=image_size=100'], 'must be divisible by 2^max_level'),
+    (['--model_name=efficientdet-d9'], "unknown model_name 'efficientdet-d9'"),
+])
+def test_user_errors_are_clear(tiny_dataset, tmp_path, extra, message):
+    result = run_main(tiny_flags(tiny_dataset, str(tmp_path / 'err'), '--mode=train') + extra,
+                      timeout=120)
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert message in result.stdout
+    assert 'Traceback' not in result.stdout

@@ -1,0 +1,98 @@
+"""Warm starts: `--backbone_ckpt` (backbone only) and `--ckpt` (a whole detector).
+
+Both set variable initialisers with tf.compat.v1.train.init_from_checkpoint, so they only take
+effect on a fresh model_dir: a run that resumes from its own checkpoint restores that instead.
+EMA shadow values are preferred when the checkpoint has them (they are the weights that were
+evaluated). A checkpoint that does not fit is an error listing the mismatched variables; the
+one exception is the class head's prediction layer, re-initialised when the class count differs.
+"""
+import os
+
+import tensorflow as tf
+from absl import logging
+
+tf1 = tf.compat.v1
+
+BACKBONE_PREFIX = 'efficientnet-'
+CLASS_PREDICT_MARK = 'class_net/class-predict'
+_EMA_SUFFIX = '/ExponentialMovingAverage'
+
+
+class CheckpointMismatchError(ValueError):
+    """A warm-start checkpoint does not fit the model being built."""
+
+
+def resolve_checkpoint(path, flag):
+    """Returns a checkpoint prefix from a prefix or a directory holding checkpoints."""
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointMismatchError('--%s=%s is a directory without a checkpoint' % (flag, path))
+        return latest
+    if not tf.io.gfile.exists(path + '.index'):
+        raise CheckpointMismatchError(
+            '--%s=%s: no checkpoint there (expected %s.index); pass a checkpoint prefix such as '
+            'model_dir/model.ckpt-1000 or a directory' % (flag, path, path))
+    return path
+
+
+def _model_variables(prefix=''):
+    return [v for v in tf1.global_variables()
+            if v.op.name.startswith(prefix) and v.op.name != 'global_step']
+
+
+def plan_restore(checkpoint, variables, allow_class_head_skip):
+    """Maps checkpoint names to variables.
+
+    Returns (assignment {ckpt_name: variable}, skipped [names], problems [lines]).
+    """
+    shapes = dict(tf.train.list_variables(checkpoint))
+    assignment, skipped, problems = {}, [], []
+    for variable in variables:
+        name = variable.op.name
+        source = name + _EMA_SUFFIX if name + _EMA_SUFFIX in shapes else name
+        want = variable.shape.as_list()
+        if source not in shapes:
+            problems.append('%s: missing in checkpoint' % name)
+        elif list(shapes[source]) != want:
+            if allow_class_head_skip and CLASS_PREDICT_MARK in name:
+                skipped.append(name)
+            else:
+                problems.append('%s: checkpoint has shape %s, model needs %s'
+                                % (name, list(shapes[source]), want))
+        else:
+            assignment[source] = variable
+    return assignment, skipped, problems
+
+
+def _restore(checkpoint, flag, variables, allow_class_head_skip):
+    checkpoint = resolve_checkpoint(checkpoint, flag)
+    if not variables:
+        raise CheckpointMismatchError('--%s: the model has no variables to restore' % flag)
+    assignment, skipped, problems = plan_restore(checkpoint, variables, allow_class_head_skip)
+    if problems:
+        shown = problems[:20] + (['... and %d more' % (len(problems) - 20)]
+                                 if len(problems) > 20 else [])
+        raise CheckpointMismatchError(
+            '--%s=%s does not fit this model (%d mismatched variables):\n  %s\nCheck '
+            '--model_name and the hparams the checkpoint was trained with.'
+            % (flag, checkpoint, len(problems), '\n  '.join(shown)))
+    if skipped:
+        logging.info('--%s: class head re-initialised (class count differs): %s',
+                     flag, ', '.join(skipped))
+    tf1.train.init_from_checkpoint(checkpoint, assignment)
+    logging.info('--%s: %d variables initialised from %s', flag, len(assignment), checkpoint)
+
+
+def apply(params):
+    """Sets initialisers from params['ckpt'] or params['backbone_ckpt'] (ckpt wins)."""
+    if params.get('ckpt'):
+        _restore(params['ckpt'], 'ckpt', _model_variables(), allow_class_head_skip=True)
+    elif params.get('backbone_ckpt'):
+        backbone = [v for v in _model_variables() if v.op.name.startswith(BACKBONE_PREFIX)]
+        _restore(params['backbone_ckpt'], 'backbone_ckpt', backbone, allow_class_head_skip=False)
+
+
+def has_checkpoint(model_dir):
+    return bool(model_dir) and os.path.isdir(model_dir) and \
+        tf.train.latest_checkpoint(model_dir) is not None

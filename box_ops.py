@@ -14,111 +14,111 @@ _EPSILON = 1e-8
 
 
 def _check_last_dim(tensor, name):
-  last = tensor.shape[-1] if tensor.shape.rank else None
-  if last is not None and last != 4:
-    raise ValueError('%s must have last dimension 4 ([ymin, xmin, ymax, xmax]), '
-                     'got shape %s' % (name, tensor.shape))
+    last = tensor.shape[-1] if tensor.shape.rank else None
+    if last is not None and last != 4:
+        raise ValueError('%s must have last dimension 4 ([ymin, xmin, ymax, xmax]), '
+                         'got shape %s' % (name, tensor.shape))
 
 
 def _to_center_size(boxes):
-  """[..., 4] corners -> (y_center, x_center, height, width), each [...]."""
-  ymin, xmin, ymax, xmax = tf.unstack(boxes, num=4, axis=-1)
-  return (ymin + ymax) / 2.0, (xmin + xmax) / 2.0, ymax - ymin, xmax - xmin
+    """[..., 4] corners -> (y_center, x_center, height, width), each [...]."""
+    ymin, xmin, ymax, xmax = tf.unstack(boxes, num=4, axis=-1)
+    return (ymin + ymax) / 2.0, (xmin + xmax) / 2.0, ymax - ymin, xmax - xmin
 
 
 def pairwise_iou(boxes1, boxes2):
-  """Intersection over union of every box in `boxes1` with every box in `boxes2`.
+    """Intersection over union of every box in `boxes1` with every box in `boxes2`.
 
-  Args:
-    boxes1: float tensor [N, 4], [ymin, xmin, ymax, xmax].
-    boxes2: float tensor [M, 4], same frame and dtype as `boxes1`.
+    Args:
+      boxes1: float tensor [N, 4], [ymin, xmin, ymax, xmax].
+      boxes2: float tensor [M, 4], same frame and dtype as `boxes1`.
 
-  Returns:
-    Tensor [N, M] of IoU in [0, 1], dtype of the inputs. Pairs whose union is
-    empty (two zero-area boxes) give 0.
-  """
-  boxes1 = tf.convert_to_tensor(boxes1)
-  boxes2 = tf.convert_to_tensor(boxes2, dtype=boxes1.dtype)
-  _check_last_dim(boxes1, 'boxes1')
-  _check_last_dim(boxes2, 'boxes2')
-  # [N, 1] columns against [1, M] rows broadcast to [N, M] without a [N, M, 4] copy.
-  ymin1, xmin1, ymax1, xmax1 = tf.split(boxes1, 4, axis=-1)
-  ymin2, xmin2, ymax2, xmax2 = tf.split(tf.transpose(boxes2), 4, axis=0)
-  zero = tf.zeros([], boxes1.dtype)
-  inter_h = tf.maximum(zero, tf.minimum(ymax1, ymax2) - tf.maximum(ymin1, ymin2))
-  inter_w = tf.maximum(zero, tf.minimum(xmax1, xmax2) - tf.maximum(xmin1, xmin2))
-  intersection = inter_h * inter_w
-  area1 = (ymax1 - ymin1) * (xmax1 - xmin1)
-  area2 = (ymax2 - ymin2) * (xmax2 - xmin2)
-  union = area1 + area2 - intersection
-  return tf.math.divide_no_nan(intersection, union)
+    Returns:
+      Tensor [N, M] of IoU in [0, 1], dtype of the inputs. Pairs whose union is
+      empty (two zero-area boxes) give 0.
+    """
+    boxes1 = tf.convert_to_tensor(boxes1)
+    boxes2 = tf.convert_to_tensor(boxes2, dtype=boxes1.dtype)
+    _check_last_dim(boxes1, 'boxes1')
+    _check_last_dim(boxes2, 'boxes2')
+    # [N, 1] columns against [1, M] rows broadcast to [N, M] without a [N, M, 4] copy.
+    ymin1, xmin1, ymax1, xmax1 = tf.split(boxes1, 4, axis=-1)
+    ymin2, xmin2, ymax2, xmax2 = tf.split(tf.transpose(boxes2), 4, axis=0)
+    zero = tf.zeros([], boxes1.dtype)
+    inter_h = tf.maximum(zero, tf.minimum(ymax1, ymax2) - tf.maximum(ymin1, ymin2))
+    inter_w = tf.maximum(zero, tf.minimum(xmax1, xmax2) - tf.maximum(xmin1, xmin2))
+    intersection = inter_h * inter_w
+    area1 = (ymax1 - ymin1) * (xmax1 - xmin1)
+    area2 = (ymax2 - ymin2) * (xmax2 - xmin2)
+    union = area1 + area2 - intersection
+    return tf.math.divide_no_nan(intersection, union)
 
 
 def encode_boxes(boxes, anchors):
-  """Faster R-CNN box codes of `boxes` relative to `anchors` (no scale factors).
+    """Faster R-CNN box codes of `boxes` relative to `anchors` (no scale factors).
 
-  ty = (yc - yc_a) / h_a, tx = (xc - xc_a) / w_a, th = log(h / h_a),
-  tw = log(w / w_a).
+    ty = (yc - yc_a) / h_a, tx = (xc - xc_a) / w_a, th = log(h / h_a),
+    tw = log(w / w_a).
 
-  Args:
-    boxes: float tensor [..., 4], [ymin, xmin, ymax, xmax].
-    anchors: float tensor broadcastable to `boxes`, same box order and frame.
+    Args:
+      boxes: float tensor [..., 4], [ymin, xmin, ymax, xmax].
+      anchors: float tensor broadcastable to `boxes`, same box order and frame.
 
-  Returns:
-    float tensor [..., 4] of codes [ty, tx, th, tw].
-  """
-  boxes = tf.convert_to_tensor(boxes)
-  anchors = tf.convert_to_tensor(anchors, dtype=boxes.dtype)
-  _check_last_dim(boxes, 'boxes')
-  _check_last_dim(anchors, 'anchors')
-  yc, xc, h, w = _to_center_size(boxes)
-  yc_a, xc_a, h_a, w_a = _to_center_size(anchors)
-  h_a += _EPSILON
-  w_a += _EPSILON
-  h += _EPSILON
-  w += _EPSILON
-  return tf.stack([(yc - yc_a) / h_a, (xc - xc_a) / w_a,
-                   tf.math.log(h / h_a), tf.math.log(w / w_a)], axis=-1)
+    Returns:
+      float tensor [..., 4] of codes [ty, tx, th, tw].
+    """
+    boxes = tf.convert_to_tensor(boxes)
+    anchors = tf.convert_to_tensor(anchors, dtype=boxes.dtype)
+    _check_last_dim(boxes, 'boxes')
+    _check_last_dim(anchors, 'anchors')
+    yc, xc, h, w = _to_center_size(boxes)
+    yc_a, xc_a, h_a, w_a = _to_center_size(anchors)
+    h_a += _EPSILON
+    w_a += _EPSILON
+    h += _EPSILON
+    w += _EPSILON
+    return tf.stack([(yc - yc_a) / h_a, (xc - xc_a) / w_a,
+                     tf.math.log(h / h_a), tf.math.log(w / w_a)], axis=-1)
 
 
 def decode_boxes(codes, anchors):
-  """Inverse of `encode_boxes`: codes [ty, tx, th, tw] -> corner boxes.
+    """Inverse of `encode_boxes`: codes [ty, tx, th, tw] -> corner boxes.
 
-  Args:
-    codes: float tensor [..., 4], [ty, tx, th, tw].
-    anchors: float tensor broadcastable to `codes`, [ymin, xmin, ymax, xmax].
+    Args:
+      codes: float tensor [..., 4], [ty, tx, th, tw].
+      anchors: float tensor broadcastable to `codes`, [ymin, xmin, ymax, xmax].
 
-  Returns:
-    float tensor [..., 4], [ymin, xmin, ymax, xmax] in the anchors' frame.
-  """
-  codes = tf.convert_to_tensor(codes)
-  anchors = tf.convert_to_tensor(anchors, dtype=codes.dtype)
-  _check_last_dim(codes, 'codes')
-  _check_last_dim(anchors, 'anchors')
-  ty, tx, th, tw = tf.unstack(codes, num=4, axis=-1)
-  yc_a, xc_a, h_a, w_a = _to_center_size(anchors)
-  h_a += _EPSILON
-  w_a += _EPSILON
-  yc = ty * h_a + yc_a
-  xc = tx * w_a + xc_a
-  half_h = tf.exp(th) * h_a / 2.0
-  half_w = tf.exp(tw) * w_a / 2.0
-  return tf.stack([yc - half_h, xc - half_w, yc + half_h, xc + half_w], axis=-1)
+    Returns:
+      float tensor [..., 4], [ymin, xmin, ymax, xmax] in the anchors' frame.
+    """
+    codes = tf.convert_to_tensor(codes)
+    anchors = tf.convert_to_tensor(anchors, dtype=codes.dtype)
+    _check_last_dim(codes, 'codes')
+    _check_last_dim(anchors, 'anchors')
+    ty, tx, th, tw = tf.unstack(codes, num=4, axis=-1)
+    yc_a, xc_a, h_a, w_a = _to_center_size(anchors)
+    h_a += _EPSILON
+    w_a += _EPSILON
+    yc = ty * h_a + yc_a
+    xc = tx * w_a + xc_a
+    half_h = tf.exp(th) * h_a / 2.0
+    half_w = tf.exp(tw) * w_a / 2.0
+    return tf.stack([yc - half_h, xc - half_w, yc + half_h, xc + half_w], axis=-1)
 
 
 def clip_boxes(boxes, image_size):
-  """Clips boxes to the image rectangle [0, height] x [0, width].
+    """Clips boxes to the image rectangle [0, height] x [0, width].
 
-  Args:
-    boxes: float tensor [..., 4], [ymin, xmin, ymax, xmax] absolute pixels.
-    image_size: tensor [..., 2] of (height, width), broadcastable against
-      `boxes[..., :2]` (e.g. [2] for one image, [B, 1, 2] for boxes [B, K, 4]).
+    Args:
+      boxes: float tensor [..., 4], [ymin, xmin, ymax, xmax] absolute pixels.
+      image_size: tensor [..., 2] of (height, width), broadcastable against
+        `boxes[..., :2]` (e.g. [2] for one image, [B, 1, 2] for boxes [B, K, 4]).
 
-  Returns:
-    float tensor shaped like `boxes`.
-  """
-  boxes = tf.convert_to_tensor(boxes)
-  _check_last_dim(boxes, 'boxes')
-  image_size = tf.cast(image_size, boxes.dtype)
-  upper = tf.concat([image_size, image_size], axis=-1)
-  return tf.minimum(tf.maximum(boxes, tf.zeros([], boxes.dtype)), upper)
+    Returns:
+      float tensor shaped like `boxes`.
+    """
+    boxes = tf.convert_to_tensor(boxes)
+    _check_last_dim(boxes, 'boxes')
+    image_size = tf.cast(image_size, boxes.dtype)
+    upper = tf.concat([image_size, image_size], axis=-1)
+    return tf.minimum(tf.maximum(boxes, tf.zeros([], boxes.dtype)), upper)

@@ -3,22 +3,24 @@
 The record schema and the output layout are docs/CONTRACTS.md's. Per example, all in TF ops:
 
     parse -> decode (JPEG, PNG, ...) -> [train: random horizontal flip]
-          -> resize keeping the aspect ratio so the image fits image_size * m, where
-             m ~ U(jitter_min, jitter_max) in training and m = 1 in eval
-          -> [train: random crop of image_size] -> normalise -> pad bottom/right with 0
+          -> fit keeping the aspect ratio into image_size * m, m ~ U(jitter_min, jitter_max)
+             in training, m = 1 in eval; [train: keep a random image_size window of it]
+          -> bilinear resize -> normalise -> pad bottom/right with 0 (the mean colour)
           -> anchor targets (anchors.AnchorLabeler) + ground-truth rows in original pixels
 
-Geometry: the resized image has size round(original * scale) and the crop starts at integer
-`crop_offset`, so network pixel = original pixel * scale - crop_offset. `image_scales` is
-1 / scale: exact for eval (no crop, no flip); in training the crop offset and the flip are
-not part of it (a scalar cannot carry them) and nothing downstream needs them, because
-`groundtruth_data` is always made from the unaugmented boxes.
+Geometry (fit_window): the original pixels [crop_offset, crop_offset + crop_size) are resized
+to resized_size ~= crop_size * scale, so network pixel = (original pixel - crop_offset) *
+resized_size / crop_size per axis. The window is cropped before resizing, so a 2x jitter
+costs no more than 1x. `image_scales` = 1 / scale: exact for eval (crop = whole image, no
+flip); in training the crop offset and the flip are not part of it (a scalar cannot carry
+them) and nothing needs them, as `groundtruth_data` is made from the unaugmented boxes.
 
 Crowd boxes: eval and `skip_crowd_during_training=false` pass them to the labeler with
 is_crowd set, so anchors on them are ignored rather than negative. With
 `skip_crowd_during_training=true` (the default, as google/automl's dataloader) training drops
 them from the targets entirely. `groundtruth_data` always keeps them (COCO eval needs them).
 """
+import collections
 import os
 import random
 
@@ -44,52 +46,67 @@ _RECORD_FEATURES = dict(
 
 # ----------------------------------------------------------------------------- geometry
 
-def scale_and_crop_window(image_height, image_width, output_size, scale_multiplier=1.0,
-                          crop_fraction=(0.0, 0.0)):
-    """Where an image lands in the network input.
+class Window(collections.namedtuple('Window', 'scale crop_offset crop_size resized_size')):
+    """Where an image lands in the network input: the original pixels
+    [crop_offset, crop_offset + crop_size) (int32 [2], (y, x)) are resized to resized_size
+    (int32 [2], <= the output size) at the top left of the output; the rest is padding.
+    scale (float32 scalar) is the nominal resize factor, resized ~= crop * scale per axis."""
+
+
+def fit_window(image_height, image_width, output_size, scale_multiplier=1.0,
+               crop_fraction=(0.0, 0.0)):
+    """Fits the image into output_size * scale_multiplier keeping its aspect ratio.
+
+    Where the scaled image is larger than the output, only the part that lands in it is
+    kept: a crop of round(output / scale) original pixels starting at crop_fraction of the
+    spare room. Cropping before resizing makes the resize cost the output's size, not the
+    (up to jitter_max^2 times larger) scaled image's.
 
     Args:
         image_height, image_width: int32 scalars, original image size.
         output_size: (height, width) of the network input, Python ints.
-        scale_multiplier: float32 scalar; the image is fit into output_size * multiplier.
-        crop_fraction: float32 [2] in [0, 1): where the crop starts within the spare room
-            (scaled size - output size, per axis) when the scaled image is larger.
+        scale_multiplier: float32 scalar (1 in eval, U(jitter_min, jitter_max) in training).
+        crop_fraction: float32 [2] in [0, 1), (y, x).
 
     Returns:
-        (scale float32 scalar, scaled_size int32 [2] (h, w), crop_offset int32 [2] (y, x)).
+        A Window.
     """
     output = tf.constant(output_size, tf.float32)
     original = tf.cast(tf.stack([image_height, image_width]), tf.float32)
     scale = tf.reduce_min(output * scale_multiplier / original)
-    # Round, not floor: h * (out / h) can come out as out - 1e-5.
-    scaled = tf.maximum(tf.round(original * scale), 1.0)
-    room = tf.maximum(scaled - output, 0.0)
-    offset = tf.floor(room * tf.convert_to_tensor(crop_fraction, tf.float32))
-    return scale, tf.cast(scaled, tf.int32), tf.cast(offset, tf.int32)
+    # Round, not floor: 640 * (512 / 640) can come out as 511.99997.
+    crop = tf.maximum(tf.minimum(tf.round(output / scale), original), 1.0)
+    offset = tf.floor((original - crop) * tf.convert_to_tensor(crop_fraction, tf.float32))
+    resized = tf.clip_by_value(tf.round(crop * scale), 1.0, output)
+    return Window(scale, tf.cast(offset, tf.int32), tf.cast(crop, tf.int32),
+                  tf.cast(resized, tf.int32))
 
 
-def resize_crop_pad(image, scaled_size, crop_offset, output_size, mean_rgb, stddev_rgb):
-    """uint8/float [H, W, 3] -> float32 [out_h, out_w, 3] normalised, zero (= mean) padded.
-
-    Bilinear resize to scaled_size, crop output_size at crop_offset, normalise only the kept
-    pixels, pad bottom/right.
-    """
-    image = tf.image.resize(image, scaled_size, method=tf.image.ResizeMethod.BILINEAR)
-    out_h, out_w = output_size
-    image = image[crop_offset[0]:crop_offset[0] + out_h, crop_offset[1]:crop_offset[1] + out_w]
+def crop_resize_pad(image, window, output_size, mean_rgb, stddev_rgb):
+    """uint8/float [H, W, 3] -> float32 [out_h, out_w, 3]: the window's crop, bilinearly
+    resized, normalised by mean_rgb / stddev_rgb (0..255 units), zero (= mean) padded
+    bottom/right."""
+    offset, size = window.crop_offset, window.crop_size
+    image = image[offset[0]:offset[0] + size[0], offset[1]:offset[1] + size[1]]
+    image = tf.image.resize(image, window.resized_size, method=tf.image.ResizeMethod.BILINEAR)
     image = (image - tf.constant(mean_rgb, tf.float32)) / tf.constant(stddev_rgb, tf.float32)
+    out_h, out_w = output_size
     image = tf.image.pad_to_bounding_box(image, 0, 0, out_h, out_w)
     image.set_shape([out_h, out_w, 3])
     return image
 
 
-def boxes_to_network_pixels(boxes_normalized, scaled_size, crop_offset, output_size):
-    """Normalised [N, 4] boxes -> (float32 [N, 4] network pixels clipped to the output,
-    bool [N] whether anything of the box is left inside the crop). [ymin, xmin, ymax, xmax]."""
-    factor = tf.tile(tf.cast(scaled_size, tf.float32), [2])
-    shift = tf.tile(tf.cast(crop_offset, tf.float32), [2])
-    limit = tf.tile(tf.constant(output_size, tf.float32), [2])
-    boxes = tf.minimum(tf.maximum(boxes_normalized * factor - shift, 0.0), limit)
+def boxes_to_network_pixels(boxes_normalized, original_size, window):
+    """Normalised [N, 4] boxes of an image of original_size (int32 [2]) -> (float32 [N, 4]
+    network-input pixels clipped to the resized crop, bool [N] whether any of the box is
+    left in it). Boxes are [ymin, xmin, ymax, xmax]."""
+    original = tf.tile(tf.cast(original_size, tf.float32), [2])
+    offset = tf.tile(tf.cast(window.crop_offset, tf.float32), [2])
+    resized = tf.tile(tf.cast(window.resized_size, tf.float32), [2])
+    # The exact per-axis factor of the resize, not the nominal scale: targets match pixels.
+    factor = resized / tf.tile(tf.cast(window.crop_size, tf.float32), [2])
+    boxes = (boxes_normalized * original - offset) * factor
+    boxes = tf.minimum(tf.maximum(boxes, 0.0), resized)
     visible = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
     return boxes, visible
 
@@ -111,7 +128,7 @@ def training_window(image, boxes_normalized, random_values, output_size, *, hfli
         output_size: (height, width); hflip, jitter_min, jitter_max: as in hparams_config.
 
     Returns:
-        (image, boxes_normalized) possibly flipped, then scale_and_crop_window's triple.
+        (image, boxes_normalized, window): possibly flipped, and fit_window's Window.
     """
     if hflip:
         image, boxes_normalized = tf.cond(
@@ -119,9 +136,8 @@ def training_window(image, boxes_normalized, random_values, output_size, *, hfli
             lambda: (image, boxes_normalized))
     multiplier = jitter_min + (jitter_max - jitter_min) * random_values[1]
     shape = tf.shape(image)
-    window = scale_and_crop_window(shape[0], shape[1], output_size, multiplier,
-                                   random_values[2:4])
-    return (image, boxes_normalized) + window
+    window = fit_window(shape[0], shape[1], output_size, multiplier, random_values[2:4])
+    return image, boxes_normalized, window
 
 
 def preprocess_for_eval(image, config):
@@ -137,21 +153,23 @@ def preprocess_for_eval(image, config):
     """
     output_size = hparams_config.parse_image_size(config['image_size'])
     original_size = tf.shape(image)[:2]
-    scale, scaled, offset = scale_and_crop_window(original_size[0], original_size[1],
-                                                  output_size)
-    network_image = resize_crop_pad(image, scaled, offset, output_size, config['mean_rgb'],
+    window = fit_window(original_size[0], original_size[1], output_size)
+    network_image = crop_resize_pad(image, window, output_size, config['mean_rgb'],
                                     config['stddev_rgb'])
-    return network_image, 1.0 / scale, original_size
+    return network_image, 1.0 / window.scale, original_size
 
 
 # ----------------------------------------------------------------------------- records
 
-def decode_image(encoded, fast_jpeg=False):
-    """JPEG (fast path) or PNG/GIF/BMP bytes -> uint8 [H, W, 3]."""
-    dct_method = 'INTEGER_FAST' if fast_jpeg else ''
+def decode_image(encoded):
+    """JPEG (direct) or PNG/GIF/BMP bytes -> uint8 [H, W, 3] RGB.
+
+    The default (accurate) DCT everywhere: with TF's libjpeg-turbo, INTEGER_FAST measured
+    no faster on 640x480 photos, and train/eval/inference then decode identically.
+    """
     image = tf.cond(
         tf.io.is_jpeg(encoded),
-        lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method=dct_method),
+        lambda: tf.io.decode_jpeg(encoded, channels=3),
         lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
     image.set_shape([None, None, 3])
     return image
@@ -171,36 +189,34 @@ def parse_record(serialized, file_pattern, num_classes):
     parsed = tf.io.parse_single_example(serialized, _RECORD_FEATURES)
     dense = {key: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
              for key, value in parsed.items()}
-    boxes = tf.stack([dense[key] for key in _BOX_KEYS], axis=1)
     labels = tf.cast(dense[fmt.OBJECT_CLASS_LABEL], tf.int32)
-    num_boxes = tf.shape(labels)[0]
+    num_boxes = tf.size(labels)
     is_crowd = _optional(tf.cast(dense[fmt.OBJECT_IS_CROWD], tf.int32), num_boxes,
                          tf.zeros([num_boxes], tf.int32))
     area = _optional(dense[fmt.OBJECT_AREA], num_boxes, -tf.ones([num_boxes], tf.float32))
     where = 'a record in %s' % file_pattern
+    lengths = tf.stack([tf.size(dense[key]) for key in _BOX_KEYS]
+                       + [tf.size(is_crowd), tf.size(area)])
     checks = [
-        tf.debugging.assert_positive(
-            tf.strings.length(dense[fmt.IMAGE_ENCODED]),
-            message="%s has no '%s' (required); %s" % (where, fmt.IMAGE_ENCODED,
-                                                      CONVERTER_HINT)),
+        tf.debugging.Assert(tf.strings.length(dense[fmt.IMAGE_ENCODED]) > 0, [
+            "%s has no '%s' (required); %s" % (where, fmt.IMAGE_ENCODED, CONVERTER_HINT)]),
         tf.debugging.Assert(
-            tf.strings.regex_full_match(dense[fmt.IMAGE_SOURCE_ID], r'\s*-?[0-9]+\s*'),
+            tf.strings.regex_full_match(dense[fmt.IMAGE_SOURCE_ID], '-?[0-9]+'),
             ["%s has no integer '%s' (required, the COCO image id); got:" % (
                 where, fmt.IMAGE_SOURCE_ID), dense[fmt.IMAGE_SOURCE_ID]]),
-        tf.debugging.Assert(
-            tf.reduce_all(tf.equal(tf.stack([tf.shape(boxes)[0], tf.size(is_crowd),
-                                             tf.size(area)]), num_boxes)),
-            ["%s has box, '%s', '%s' and '%s' lists of different lengths" % (
-                where, fmt.OBJECT_CLASS_LABEL, fmt.OBJECT_IS_CROWD, fmt.OBJECT_AREA)]),
-        tf.debugging.Assert(
-            tf.reduce_all((labels >= 1) & (labels <= num_classes)),
-            ["%s has a '%s' outside 1..num_classes=%d; set num_classes to the label map's. "
-             "Labels:" % (where, fmt.OBJECT_CLASS_LABEL, num_classes), labels]),
+        tf.debugging.Assert(tf.reduce_all(tf.equal(lengths, num_boxes)), [
+            "%s has lists of different lengths among '%s', %s, '%s' and '%s'; lengths:" % (
+                where, fmt.OBJECT_CLASS_LABEL, ', '.join("'%s'" % k for k in _BOX_KEYS),
+                fmt.OBJECT_IS_CROWD, fmt.OBJECT_AREA), num_boxes, lengths]),
+        tf.debugging.Assert(tf.reduce_all((labels >= 1) & (labels <= num_classes)), [
+            "%s has a '%s' outside 1..num_classes=%d; set num_classes to the label map's. "
+            "Labels:" % (where, fmt.OBJECT_CLASS_LABEL, num_classes), labels]),
     ]
     with tf.control_dependencies(checks):
         return {'encoded': tf.identity(dense[fmt.IMAGE_ENCODED]),
                 'source_id': tf.strings.to_number(dense[fmt.IMAGE_SOURCE_ID], tf.int64),
-                'boxes': boxes, 'labels': labels, 'is_crowd': is_crowd, 'area': area}
+                'boxes': tf.stack([dense[key] for key in _BOX_KEYS], axis=1),
+                'labels': labels, 'is_crowd': is_crowd, 'area': area}
 
 
 def groundtruth_rows(record, original_size, max_instances, truncate):
@@ -257,7 +273,7 @@ class InputReader:
     Args:
         file_pattern: glob, or comma-separated globs, of TFRecord files.
         is_training: augment, shuffle, repeat forever, drop the last partial batch.
-            Otherwise every record once (across all workers), in file order.
+            Otherwise every record exactly once across all workers, in a fixed order.
         use_fake_data: one synthetic batch of the right shapes repeated from memory; reads
             no file (input-free benchmarking).
         num_shards, shard_index: this worker's part (input_context overrides them): whole
@@ -348,21 +364,20 @@ class InputReader:
         @tf.autograph.experimental.do_not_convert
         def process(index, serialized):
             record = parse_record(serialized, self._file_pattern, params['num_classes'])
-            image = decode_image(record['encoded'], fast_jpeg=training)
+            image = decode_image(record['encoded'])
             original_size = tf.shape(image)[:2]
             boxes = record['boxes']
             if training:
                 random_values = tf.random.stateless_uniform(
                     [4], seed=tf.stack([tf.constant(seed, tf.int64), index]))
-                image, boxes, scale, scaled, offset = training_window(
+                image, boxes, window = training_window(
                     image, boxes, random_values, output_size, hflip=params['input_rand_hflip'],
                     jitter_min=params['jitter_min'], jitter_max=params['jitter_max'])
             else:
-                scale, scaled, offset = scale_and_crop_window(
-                    original_size[0], original_size[1], output_size)
-            network_image = resize_crop_pad(image, scaled, offset, output_size,
-                                            params['mean_rgb'], params['stddev_rgb'])
-            network_boxes, visible = boxes_to_network_pixels(boxes, scaled, offset, output_size)
+                window = fit_window(original_size[0], original_size[1], output_size)
+            network_image = crop_resize_pad(image, window, output_size, params['mean_rgb'],
+                                            params['stddev_rgb'])
+            network_boxes, visible = boxes_to_network_pixels(boxes, original_size, window)
             keep = visible
             if training and params['skip_crowd_during_training']:
                 keep &= tf.equal(record['is_crowd'], 0)
@@ -370,29 +385,26 @@ class InputReader:
             targets = labeler.label(network_boxes, classes, record['is_crowd'])
             groundtruth = groundtruth_rows(record, original_size,
                                            params['max_instances_per_image'], truncate=training)
-            return network_image, _labels_dict(targets, record['source_id'], 1.0 / scale,
+            return network_image, _labels_dict(targets, record['source_id'], 1.0 / window.scale,
                                                original_size, groundtruth)
         return process
 
     def _fake_batches(self, params, output_size, labeler):
         """One plausible batch, computed once, cached and repeated (no file, no decode)."""
         height, width = output_size
-        boxes = tf.constant([[0.1, 0.1, 0.5, 0.4], [0.3, 0.5, 0.9, 0.9]], tf.float32) * (
-            tf.constant([height, width, height, width], tf.float32))
-        classes = tf.constant([0, min(1, params['num_classes'] - 1)], tf.int32)
-        labels_1based = tf.cast(classes + 1, tf.float32)[:, None]
-        rows = tf.concat([boxes, tf.zeros([2, 1]),
-                          ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]))[:, None],
-                          labels_1based], axis=1)
-        max_instances = params['max_instances_per_image']
-        groundtruth = tf.pad(rows[:max_instances], [[0, max(0, max_instances - 2)], [0, 0]],
-                             constant_values=-1.0)
+        boxes = np.array([[0.1, 0.1, 0.5, 0.4], [0.3, 0.5, 0.9, 0.9]], np.float32) * [
+            height, width, height, width]
+        labels = np.array([1, min(2, params['num_classes'])], np.float32)
+        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        rows = np.full([params['max_instances_per_image'], 7], -1.0, np.float32)
+        real = np.concatenate([boxes, np.zeros([2, 1]), area[:, None], labels[:, None]], 1)
+        rows[:len(real)] = real[:len(rows)]
 
         def example(_):
             image = tf.random.stateless_normal([height, width, 3], seed=[7, 11])
-            targets = labeler.label(boxes, classes, tf.zeros([2], tf.int32))
-            return image, _labels_dict(targets, tf.constant(1, tf.int64), 1.0,
-                                       tf.constant([height, width]), groundtruth)
+            targets = labeler.label(boxes, labels.astype(np.int32) - 1, np.zeros([2], np.int32))
+            return image, _labels_dict(targets, tf.constant(1, tf.int64), 1.0, [height, width],
+                                       tf.constant(rows))
         batch_size = params['batch_size']
         return (tf.data.Dataset.range(batch_size).map(example)
                 .batch(batch_size, drop_remainder=True).cache().repeat())

@@ -114,11 +114,12 @@ def _finite_or_none(value):
 
 
 def _write_summaries(directory, metrics, step):
-    writer = tf1.summary.FileWriterCache.get(directory)
     values = [tf1.Summary.Value(tag='eval/' + name.replace('/', '_'), simple_value=float(v))
               for name, v in metrics.items() if np.isfinite(float(v))]
-    writer.add_summary(tf1.Summary(value=values), step)
-    writer.flush()
+    with tf.Graph().as_default():  # The v1 writer refuses eager mode.
+        writer = tf1.summary.FileWriter(directory)
+        writer.add_summary(tf1.Summary(value=values), step)
+        writer.close()
 
 
 def keep_best(model_dir, checkpoint, step, metrics):

@@ -156,10 +156,10 @@ def _normalize_with(inputs, mean, variance, gamma, beta, epsilon):
 
 
 def _add_moving_average_updates(moving_mean, moving_variance, mean, variance, momentum):
+    # moving <- momentum * moving + (1 - momentum) * batch, written as a single assign_sub.
     for variable, value in ((moving_mean, mean), (moving_variance, variance)):
-        update = tf1.train.assign_moving_average(variable, tf.stop_gradient(value), momentum,
-                                           zero_debias=False)
-        tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, update)
+        delta = (variable - tf.stop_gradient(value)) * (1.0 - momentum)
+        tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, tf1.assign_sub(variable, delta))
 
 
 def batch_norm(inputs, is_training, momentum=0.99, epsilon=1e-3, act_type=None,
@@ -184,8 +184,11 @@ def batch_norm(inputs, is_training, momentum=0.99, epsilon=1e-3, act_type=None,
         gamma, beta, moving_mean, moving_variance = _batch_norm_variables(
             channels, gamma_initializer)
         if not is_training:
-            outputs = _normalize_with(inputs, moving_mean, moving_variance, gamma, beta, epsilon)
+            outputs, _, _ = tf1.nn.fused_batch_norm(
+                inputs, gamma, beta, mean=moving_mean, variance=moving_variance,
+                epsilon=epsilon, is_training=False)
         elif allreduce_mean_fn is not None:
+            # Moving variance gets the biased global variance here (the rank count is unknown).
             mean, variance = _synchronized_moments(inputs, allreduce_mean_fn)
             outputs = _normalize_with(inputs, mean, variance, gamma, beta, epsilon)
             _add_moving_average_updates(moving_mean, moving_variance, mean, variance, momentum)

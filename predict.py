@@ -79,7 +79,7 @@ def coco_rows(image_id, file_name, outputs):
         ymin, xmin, ymax, xmax = (float(v) for v in box)
         rows.append({'image_id': image_id, 'file_name': file_name, 'category_id': int(category),
                      'bbox': [round(xmin, 2), round(ymin, 2), round(xmax - xmin, 2),
-                              round(ymax - ymin, 2)], 'score': round(float(score), 5)})
+                              round(ymax - ymin, 2)], 'score': round(float(score), 6)})
     return rows
 
 

@@ -144,8 +144,10 @@ def _write_atomic(path, text):
 def _write_run_files(model_dir, config, flags):
     os.makedirs(model_dir, exist_ok=True)
     _write_atomic(os.path.join(model_dir, 'config.yaml'), config.to_yaml())
-    values = {name: flags[name].value for name in flags
-              if flags[name].module_name in ('main', '__main__')}
+    values = {flag.name: flag.value
+              for module, module_flags in flags.flags_by_module_dict().items()
+              if module in ('main', '__main__') or module.endswith('main.py')
+              for flag in module_flags}
     _write_atomic(os.path.join(model_dir, 'flags.json'), json.dumps(values, indent=1) + '\n')
 
 
@@ -173,9 +175,10 @@ def _build_estimator(flags, params):
 
 def prepare(flags, config, explicit_keys):
     """Validates everything it can before a graph is built; returns a Run."""
+    # The Habana module must be loaded before hvd.init() (it reads HOROVOD_CYCLE_TIME).
+    device = runtime.select_device(no_hpu=flags.no_hpu, require=flags.device)
     runtime.init(flags.use_horovod)
     runtime.configure_logging()
-    device = runtime.select_device(no_hpu=flags.no_hpu, require=flags.device)
     if not flags.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
     _check_inputs(flags)

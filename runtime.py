@@ -1,15 +1,12 @@
 """Devices and workers: the only module that touches Horovod, MPI or the Habana (HPU) stack.
 
-Everything else asks this module which device to use, which rank it is and how to
-combine tensors or Python objects across workers. Without Horovod every helper is a
-single-process passthrough (rank 0 of 1, main process), so the same training code runs
-under `python main.py` and under `mpirun -np N python main.py`.
-
-Order on a Gaudi host: `select_device()` before `init()`. Habana's Horovod fork expects
-the Habana module to be loaded before `hvd.init()` (Habana's own TF helpers do it in that
-order), and the Horovod knobs of `habana_env_defaults()` are read by `hvd.init()`.
+Without Horovod every helper is a single-process passthrough (rank 0 of 1, main), so the
+same code runs under `python main.py` and `mpirun -np N python main.py`.
+On Gaudi call select_device() before init(): Habana's TF helpers load the Habana module
+before hvd.init(), and hvd.init() reads the knobs of habana_env_defaults().
 """
 
+import importlib.util
 import logging as _py_logging
 import os
 import sys
@@ -19,10 +16,10 @@ from absl import logging
 
 DEVICES = ('HPU', 'GPU', 'CPU')
 
-_hvd = None                    # the horovod.tensorflow module once init() has run it
+_hvd = None          # the horovod.tensorflow module once init() has started it
 _init_done = False
-_devices = {}                  # (no_hpu, require) -> chosen device, see select_device
-_hpu_probe = None              # (available, reason) after the first HPU probe
+_devices = {}        # (no_hpu, require) -> device chosen by select_device
+_hpu_probe = None    # (available, reason) after the first HPU probe
 
 
 class DeviceError(RuntimeError):
@@ -31,20 +28,15 @@ class DeviceError(RuntimeError):
 
 # ----------------------------------------------------------------------------- devices
 
-def habana_env_defaults():
-  """Environment knobs the Habana TF EfficientDet port sets on Gaudi (applied by setdefault).
+def habana_env_defaults() -> dict:
+  """Environment knobs of Habana's TF EfficientDet port (Model-References), for setdefault.
 
-  From HabanaAI/Model-References TensorFlow/computer_vision/efficientdet:
-  - HOROVOD_CYCLE_TIME=0.5: main.py sets it (when absent) before hvd.init() on multi-HPU
-    runs; it is read by hvd.init(), hence select_device() before init().
-  - LOG_LEVEL_ALL=6: its hb_configs/*.yaml set it to silence Synapse runtime logging.
-  Not set here, on purpose or for lack of certainty:
-  - TF_BF16_CONVERSION: that port does not use Habana's automatic bf16 graph pass; it casts
-    in the model (hparam use_bfloat16), as we do via mixed_precision_dtype().
-  - HABANA_NCCL_COMM_API=0 appeared in one older revision of its main.py (SynapseAI 1.2
-    era); we could not confirm it still means anything on SynapseAI 1.14, so it is left out.
-  - Its README lists "TPC fuser disabled" as a known issue without naming a variable; we
-    do not guess one (RUN_TPC_FUSER is Habana's usual knob, unverified for this model).
+  HOROVOD_CYCLE_TIME=0.5: its main.py sets it, if absent, before hvd.init() (which reads it).
+  LOG_LEVEL_ALL=6: its hb_configs/*.yaml set it to silence Synapse runtime logging.
+  Left out: TF_BF16_CONVERSION (the port casts in the model via use_bfloat16 instead of
+  Habana's bf16 graph pass, as we do with mixed_precision_dtype); HABANA_NCCL_COMM_API=0
+  (in one old revision of its main.py; unverified for SynapseAI 1.14); a TPC-fuser switch
+  (its README says the fuser is disabled but names no variable; we do not guess one).
   """
   return {'HOROVOD_CYCLE_TIME': '0.5', 'LOG_LEVEL_ALL': '6'}
 
@@ -57,8 +49,9 @@ def _probe_hpu():
   try:
     from habana_frameworks.tensorflow import load_habana_module  # pylint: disable=g-import-not-at-top
   except ImportError as err:
-    _hpu_probe = (False, 'habana_frameworks.tensorflow is not installed (%s); pip install -r '
-                  'requirements-hpu.txt on a Gaudi host' % err)
+    missing = isinstance(err, ModuleNotFoundError) and (err.name or '').startswith('habana')
+    _hpu_probe = (False, 'habana_frameworks.tensorflow is %s (pip install -r requirements-hpu.txt'
+                  ' on a Gaudi host)' % ('not installed' if missing else 'broken: %s' % err))
     return _hpu_probe
   applied = {k: v for k, v in habana_env_defaults().items() if k not in os.environ}
   os.environ.update(applied)  # setdefault semantics; must precede load_habana_module()
@@ -77,7 +70,7 @@ def _gpu_available():
   return bool(tf.config.list_physical_devices('GPU'))
 
 
-def _absent_error(device, reason):
+def _absent(device, reason):
   return DeviceError('--device=%s was requested but %s — or drop the flag to run on CPU'
                      % (device, reason))
 
@@ -89,22 +82,21 @@ def _choose_required(device, no_hpu):
       raise DeviceError('--device=HPU contradicts --no_hpu; drop one of the two flags')
     available, reason = _probe_hpu()
     if not available:
-      raise _absent_error('HPU', reason)
+      raise _absent('HPU', reason)
   elif device == 'GPU' and not _gpu_available():
-    raise _absent_error('GPU', "tf.config.list_physical_devices('GPU') is empty (a CUDA "
-                        'build of tensorflow and an NVIDIA driver are needed)')
+    raise _absent('GPU', "tf.config.list_physical_devices('GPU') is empty (a CUDA "
+                  'build of tensorflow and an NVIDIA driver are needed)')
   return device
 
 
-def select_device(no_hpu=False, require=None):
+def select_device(no_hpu: bool = False, require: str | None = None) -> str:
   """Returns 'HPU', 'GPU' or 'CPU' and logs the choice once per distinct call.
 
   Without `require`: HPU when habana_frameworks.tensorflow imports and load_habana_module()
   succeeds (skipped when `no_hpu`), else GPU when TensorFlow lists one, else CPU. Loading
   the Habana module makes TF place ops on the HPU, and habana_env_defaults() is applied
   (setdefault) only when that load succeeds. `require` ('hpu'/'gpu'/'cpu', any case) picks
-  that device or raises DeviceError naming what is missing. Results are cached.
-  Works the same with or without Horovod.
+  that device or raises DeviceError naming what is missing. Cached; same without Horovod.
   """
   wanted = None if require is None else str(require).upper()
   if wanted is not None and wanted not in DEVICES:
@@ -123,7 +115,7 @@ def select_device(no_hpu=False, require=None):
   return _devices[key]
 
 
-def mixed_precision_dtype(device):
+def mixed_precision_dtype(device: str) -> str:
   """'float16' on GPU (the caller keeps losses in float32 and scales them), else 'bfloat16'."""
   device = str(device).upper()
   if device not in DEVICES:
@@ -141,11 +133,9 @@ def _launcher_env(names):
 
 
 def _launcher_world_size():
-  """Number of ranks the MPI launcher started (1 when not launched by one).
+  """Ranks started by the MPI launcher, 1 without one: Open MPI, MPICH/Intel MPI, MVAPICH2.
 
-  Open MPI exports OMPI_COMM_WORLD_SIZE, MPICH/Intel MPI (Hydra) PMI_SIZE, MVAPICH2
-  MV2_COMM_WORLD_SIZE. PMIx exports only PMIX_RANK, no size, so a PMIx launch outside
-  mpirun (srun --mpi=pmix) is sized by SLURM_NTASKS.
+  PMIx exports PMIX_RANK but no size, so `srun --mpi=pmix` is sized by SLURM_NTASKS.
   """
   size = _launcher_env(('OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'MV2_COMM_WORLD_SIZE'))
   if size is None and 'PMIX_RANK' in os.environ:
@@ -153,19 +143,19 @@ def _launcher_world_size():
   return size or 1
 
 
-def _import_horovod():
+def _import_horovod(why):
   try:
     import horovod.tensorflow as hvd  # pylint: disable=g-import-not-at-top
   except ImportError as err:
     raise ImportError(
-        'Horovod was requested (use_horovod=True, or mpirun started %d ranks) but '
-        'horovod.tensorflow cannot be imported: %s. Install it with `bash tools/setup_env.sh` '
-        '(builds horovod==0.28.1 with MPI against the installed TensorFlow), or on a Gaudi host '
-        '`pip install -r requirements-hpu.txt`.' % (_launcher_world_size(), err)) from err
+        'Horovod is needed (%s) but horovod.tensorflow cannot be imported: %s. Install it with '
+        '`bash tools/setup_env.sh` (builds horovod==0.28.1 with MPI against the installed '
+        'TensorFlow), or on a Gaudi host `pip install -r requirements-hpu.txt`.'
+        % (why, err)) from err
   return hvd
 
 
-def init(use_horovod=None):
+def init(use_horovod: bool | None = None) -> None:
   """Starts Horovod when asked to, or (use_horovod=None) when an MPI launcher started >1 rank.
 
   Idempotent. Without Horovod nothing is started and every helper is a passthrough.
@@ -174,10 +164,14 @@ def init(use_horovod=None):
   if _init_done:
     return
   launched = _launcher_world_size()
+  why = 'use_horovod=True' if use_horovod else 'the MPI launcher started %d ranks' % launched
   if use_horovod is None:
     use_horovod = launched > 1
   if use_horovod:
-    hvd = _import_horovod()
+    hvd = _import_horovod(why)
+    if _hpu_probe is None and importlib.util.find_spec('habana_frameworks') is not None:
+      logging.warning('init() before select_device() on a host with habana_frameworks: the '
+                      'Habana module should load before hvd.init(); call select_device() first')
     hvd.init()
     _hvd = hvd
   elif launched > 1:
@@ -187,37 +181,37 @@ def init(use_horovod=None):
                'on' if _hvd is not None else 'off')
 
 
-def rank():
+def rank() -> int:
   """This worker's rank; 0 without Horovod."""
-  return _hvd.rank() if _hvd is not None else 0
+  return _hvd.rank() if _hvd else 0
 
 
-def size():
+def size() -> int:
   """Number of workers; 1 without Horovod."""
-  return _hvd.size() if _hvd is not None else 1
+  return _hvd.size() if _hvd else 1
 
 
-def local_rank():
+def local_rank() -> int:
   """Rank among the workers on this host; 0 without Horovod."""
-  return _hvd.local_rank() if _hvd is not None else 0
+  return _hvd.local_rank() if _hvd else 0
 
 
-def local_size():
+def local_size() -> int:
   """Number of workers on this host; 1 without Horovod."""
-  return _hvd.local_size() if _hvd is not None else 1
+  return _hvd.local_size() if _hvd else 1
 
 
-def is_main():
+def is_main() -> bool:
   """True on rank 0 (always without Horovod): the one that writes files."""
   return rank() == 0
 
 
-def is_distributed():
+def is_distributed() -> bool:
   """True when Horovod runs with more than one worker."""
   return size() > 1
 
 
-def shard_for_worker():
+def shard_for_worker() -> tuple[int, int]:
   """(index, count) of this worker's input shard: (rank(), size()); (0, 1) without Horovod."""
   return rank(), size()
 
@@ -226,21 +220,19 @@ def shard_for_worker():
 
 def distributed_optimizer(optimizer):
   """Wraps a tf.compat.v1 optimizer to average gradients over workers; unchanged if alone."""
-  if not is_distributed():
-    return optimizer
-  return _hvd.DistributedOptimizer(optimizer, op=_hvd.Average)
+  return _hvd.DistributedOptimizer(optimizer, op=_hvd.Average) if is_distributed() else optimizer
 
 
-def broadcast_hook():
+def broadcast_hook() -> list:
   """Session hooks that copy rank 0's variables to all workers at start; [] if alone."""
   return [_hvd.BroadcastGlobalVariablesHook(0)] if is_distributed() else []
 
 
 def allreduce_mean(tensor, name=None):
-  """Mean of `tensor` (any shape, same on all workers) over workers; `tensor` if alone.
+  """Mean over workers of `tensor` (same shape on all); `tensor` itself if alone.
 
-  Differentiable (Horovod registers the gradient), so synchronous batch norm can use it for
-  its moments. bfloat16 is reduced in float32, which Horovod's MPI path handles everywhere.
+  Differentiable (Horovod registers its gradient), so synchronous batch norm can use it.
+  bfloat16 is reduced in float32, which every Horovod build supports.
   """
   if not is_distributed():
     return tensor
@@ -252,37 +244,34 @@ def allreduce_mean(tensor, name=None):
 
 
 def allgather(tensor, name=None):
-  """Concatenates `tensor` [n_r, ...] of every worker along axis 0 in rank order.
+  """Concatenates every worker's `tensor` [n_r, ...] along axis 0 in rank order.
 
-  The first dimension may differ per worker; the others must match. `tensor` if alone.
+  n_r may differ per worker; the other dimensions must match. `tensor` itself if alone.
   """
-  if not is_distributed():
-    return tensor
-  return _hvd.allgather(tensor, name=name)
+  return _hvd.allgather(tensor, name=name) if is_distributed() else tensor
 
 
 # ----------------------------------------------------------------------------- Python objects
 
 def _run_object_collective(collective, *args, **kwargs):
-  """Runs a Horovod *_object collective in a private graph and session.
+  """Runs a Horovod *_object collective in a throwaway graph and session.
 
-  In graph mode Horovod builds ops and runs them in a session. A throwaway graph keeps
-  them out of the model graph, which Estimator may already have finalized. Placed on the
-  CPU: the payload is pickled host bytes.
+  In graph mode Horovod builds ops and runs them in a session; a private graph keeps them
+  out of the model graph, which Estimator may have finalized. CPU: the payload is host bytes.
   """
   with tf.Graph().as_default(), tf.device('/cpu:0'):
     with tf.Session(config=tf.ConfigProto(allow_soft_placement=True)) as session:
       return collective(*args, session=session, **kwargs)
 
 
-def allgather_numpy(array):
+def allgather_numpy(array) -> list:
   """List of every worker's numpy `array` in rank order (shapes may differ); [array] if alone."""
   if not is_distributed():
     return [array]
   return _run_object_collective(_hvd.allgather_object, array, name='runtime_allgather_numpy')
 
 
-def broadcast_object(obj, root=0):
+def broadcast_object(obj, root: int = 0):
   """`obj` as pickled on worker `root`, returned on every worker; `obj` itself if alone."""
   if not is_distributed():
     return obj
@@ -290,7 +279,7 @@ def broadcast_object(obj, root=0):
                                 name='runtime_broadcast_object')
 
 
-def barrier():
+def barrier() -> None:
   """Returns once every worker has called it; a no-op if alone."""
   if is_distributed():
     allgather_numpy(None)
@@ -298,13 +287,12 @@ def barrier():
 
 # ----------------------------------------------------------------------------- logging
 
-def rank_log_prefix():
+def rank_log_prefix() -> str:
   """'[rank r/size] ' on non-main ranks, '' on the main rank and in a single process.
 
-  Before init() the rank comes from the MPI launcher's environment, so messages logged
-  while choosing the device already say which rank wrote them.
+  Before init() it reads the MPI launcher's environment, so early messages are tagged too.
   """
-  if _hvd is not None:
+  if _hvd:
     current, total = rank(), size()
   else:
     current = _launcher_env(('OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'PMIX_RANK')) or 0
@@ -322,19 +310,23 @@ class _RankTagFilter(_py_logging.Filter):
     return True
 
 
-def configure_logging(log_dir=None, program_name='efficientdet'):
+def configure_logging(log_dir: str | None = None, program_name: str = 'efficientdet') -> None:
   """Tags non-main ranks' log lines with '[rank r/size]' and keeps their logging on stderr.
 
   Installs absl's handler on the root logger (as absl.app.run does). The main rank keeps
   absl's normal logging and, given `log_dir`, also writes absl's log file there; other ranks
-  never write log files. Covers absl.logging and tf.compat.v1.logging. Idempotent.
+  never write log files. tf.compat.v1.logging goes through absl's handler too. Idempotent.
   Without Horovod: only the main-rank behaviour.
   """
   logging.use_absl_handler()
   handler = logging.get_absl_handler()
-  targets = [handler, _py_logging.getLogger('tensorflow')]
-  targets += _py_logging.getLogger('tensorflow').handlers  # TF may have its own stderr handler
-  for target in targets:
+  tf_logger = _py_logging.getLogger('tensorflow')
+  # TF gives its logger a stderr handler when imported before absl's handler is installed;
+  # its records also reach absl's handler on the root logger, so every line printed twice.
+  for tf_handler in list(tf_logger.handlers):
+    if type(tf_handler) is _py_logging.StreamHandler:  # pylint: disable=unidiomatic-typecheck
+      tf_logger.removeHandler(tf_handler)
+  for target in (handler, tf_logger):
     if not any(isinstance(f, _RankTagFilter) for f in target.filters):
       target.addFilter(_RankTagFilter())
   if is_main():

@@ -210,7 +210,8 @@ def read_dataset(json_path: str, image_dir: str, category_id_to_label=None,
     grouped = group_annotations(content['annotations'], images_by_id, categories_by_id, json_path)
     check_image_files(images_by_id, image_dir, json_path)
     if category_id_to_label is None:
-        category_id_to_label = {cid: label + 1 for label, cid in enumerate(sorted(categories_by_id))}
+        category_id_to_label = {category_id: label + 1
+                                for label, category_id in enumerate(sorted(categories_by_id))}
     stats = BoxStats()
     records = [make_record(image, grouped.get(image_id, []), image_dir, categories_by_id,
                            category_id_to_label, include_crowd, stats)

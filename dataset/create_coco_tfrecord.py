@@ -9,7 +9,12 @@ and `<prefix>-summary.json`. The JSON is validated completely before anything is
 Shards are written under hidden temporary names and renamed only when all of them are
 complete, so a failed run leaves an earlier run's output untouched and never a partial set;
 stale shards of that earlier run (another shard count) are deleted after the rename.
-User errors print one line and exit with status 2.
+User errors (ConversionError) print one line and exit with status 2.
+
+Per annotation: boxes partly outside the image are clipped and kept; malformed, degenerate
+(w or h <= 0) and entirely-outside boxes are dropped and counted by reason in the summary.
+Images are stored as RGB JPEG: baseline RGB JPEGs byte for byte, all else re-encoded
+(dataset/image_codec.py). Category and image ids may be any integers.
 """
 import dataclasses
 import json
@@ -21,6 +26,8 @@ import time
 
 if __package__ in (None, ''):  # Run as a script: make the repository root importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == '__main__':  # A CLI: keep TensorFlow's start-up log lines out of the output.
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -35,6 +42,7 @@ from dataset.image_codec import encode_jpeg
 FLAGS = flags.FLAGS
 EXIT_USER_ERROR = 2
 _PROGRESS_COUNTER = None  # multiprocessing.Value shared with the workers; see _init_worker.
+_ON_PROGRESS = None  # In-process runs only: called with the images done after each image.
 
 
 def define_flags():
@@ -89,7 +97,7 @@ class OutputPaths:
 
 
 class ProgressBar:
-    """'images 1200/118287  250.3 img/s  ETA 7m45s' on stderr, at most 4 updates a second."""
+    """'[##....] images 1200/118287  250.3 img/s  ETA 0:07:45' on stderr, <= 4 updates/s."""
 
     def __init__(self, total: int, stream=sys.stderr, enabled: bool = True):
         self._total, self._stream, self._enabled = total, stream, enabled
@@ -105,19 +113,23 @@ class ProgressBar:
         self._last = now
         elapsed = max(now - self._start, 1e-6)
         rate = done / elapsed
-        eta = (self._total - done) / rate if rate > 0 else 0.0
+        if rate > 0:
+            eta = (self._total - done) / rate
+            eta_text = f'{int(eta // 3600)}:{int(eta % 3600 // 60):02d}:{int(eta % 60):02d}'
+        else:
+            eta_text = '?'
         width = 30
         filled = int(width * done / max(self._total, 1))
         line = (f'[{"#" * filled}{"." * (width - filled)}] images {done}/{self._total}  '
-                f'{rate:.1f} img/s  ETA {int(eta // 60)}m{int(eta % 60):02d}s')
+                f'{rate:.1f} img/s  ETA {eta_text}')
         end = '\n' if final or not self._is_tty else ''
         self._stream.write(('\r' if self._is_tty else '') + line + end)
         self._stream.flush()
 
 
-def _init_worker(counter) -> None:
-    global _PROGRESS_COUNTER
-    _PROGRESS_COUNTER = counter
+def _init_worker(counter, on_progress=None) -> None:
+    global _PROGRESS_COUNTER, _ON_PROGRESS
+    _PROGRESS_COUNTER, _ON_PROGRESS = counter, on_progress
 
 
 def write_shard(job) -> int:
@@ -132,6 +144,8 @@ def write_shard(job) -> int:
             writer.write(example.SerializeToString())
             with _PROGRESS_COUNTER.get_lock():
                 _PROGRESS_COUNTER.value += 1
+            if _ON_PROGRESS is not None:
+                _ON_PROGRESS(_PROGRESS_COUNTER.value)
     return len(records)
 
 
@@ -141,10 +155,12 @@ def _run_jobs(jobs: list, num_processes: int, progress: ProgressBar) -> None:
     context = multiprocessing.get_context('spawn')
     counter = context.Value('q', 0)
     if num_processes == 1:
-        _init_worker(counter)
-        for job in jobs:
-            write_shard(job)
-            progress.update(counter.value)
+        _init_worker(counter, progress.update)
+        try:
+            for job in jobs:
+                write_shard(job)
+        finally:
+            _init_worker(None)
         return
     with context.Pool(num_processes, initializer=_init_worker, initargs=(counter,)) as pool:
         results = pool.imap_unordered(write_shard, jobs)
@@ -206,6 +222,7 @@ def make_summary(records: list, all_records: list, categories: list, stats, path
                        'name': label_map.label_to_name[label], 'boxes': counts[0],
                        'crowd_boxes': counts[1]} for label, counts in per_class.items()],
         'num_shards': len(paths.shards),
+        'shard_pattern': f'{paths.prefix}-?????-of-{len(paths.shards):05d}.tfrecord',
         'shards': paths.shards,
         'label_map': paths.label_map,
     }
@@ -215,7 +232,7 @@ def format_summary(summary: dict, seconds: float) -> str:
     """The human-readable block printed at the end of a conversion."""
     skipped = ', '.join(f'{reason} {count}' for reason, count in summary['skipped_boxes'].items())
     lines = [
-        f'Wrote {summary["num_shards"]} shards {summary["shards"][0]} ... in {seconds:.1f} s',
+        f'Wrote {summary["num_shards"]} shards {summary["shard_pattern"]} in {seconds:.1f} s',
         f'  images written : {summary["images_written"]} '
         f'(negatives without boxes: {summary["negative_images"]}, '
         f'skipped as empty: {summary["skipped_empty_images"]})',
@@ -240,6 +257,11 @@ def convert(image_dir: str, object_annotations_file: str, output_file_prefix: st
         ConversionError: any problem with the input; nothing final-named is written then.
     """
     start = time.monotonic()
+    if not os.path.basename(output_file_prefix):
+        raise ConversionError(f'--output_file_prefix={output_file_prefix} names a directory; '
+                              f'give a file name prefix such as {output_file_prefix}train.')
+    # Absolute, so stale-shard matching compares like with like.
+    output_file_prefix = os.path.abspath(output_file_prefix)
     if not os.path.isdir(image_dir):
         raise ConversionError(f'--image_dir={image_dir} is not a directory.')
     all_records, categories, stats = read_dataset(object_annotations_file, image_dir,
@@ -248,7 +270,7 @@ def convert(image_dir: str, object_annotations_file: str, output_file_prefix: st
     if not records:
         raise ConversionError(f'{object_annotations_file}: no images to write '
                               f'({len(all_records)} listed, --skip_empty={skip_empty}).')
-    os.makedirs(os.path.dirname(os.path.abspath(output_file_prefix)), exist_ok=True)
+    os.makedirs(os.path.dirname(output_file_prefix), exist_ok=True)
     paths = OutputPaths.create(output_file_prefix, min(num_shards, len(records)))
     num_shards = len(paths.shards)
     # Round-robin spreads big and small images (and classes) evenly over the shards.

@@ -54,51 +54,75 @@ def test_forward_output_shapes(image_size, max_level, height, width):
         assert np.isfinite(values[0][level]).all() and np.isfinite(values[1][level]).all()
 
 
-def _variable_names():
-    return {v.op.name for v in tf1.global_variables()}
+class BuiltModel:
+    """One tiny inference graph (levels 3..6) shared by the naming and sharing tests."""
+
+    def __init__(self):
+        self.config = tiny_config(max_level=6)
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self.images = _images(self.config)
+            self.outputs = efficientdet_arch.build_model(self.images, self.config, False)
+            self.variables = tf1.global_variables()
+            self.trainable = tf1.trainable_variables()
+            self.update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+        self.names = {v.op.name for v in self.variables}
+
+    def run(self, fetches):
+        with self.graph.as_default():
+            return _run(fetches, {self.images: _random_images(self.config)})
 
 
-def test_heads_share_convs_and_keep_batch_norm_per_level():
-    config = tiny_config(max_level=5)
-    with tf.Graph().as_default():
-        efficientdet_arch.build_model(_images(config), config, False)
-        names = _variable_names()
-        predict = [v for v in tf1.trainable_variables() if 'class_net/class-predict/' in v.name]
+@pytest.fixture(scope='module')
+def built():
+    return BuiltModel()
+
+
+def test_heads_share_convs_and_keep_batch_norm_per_level(built):
+    names = built.names
     for net, prefix in (('class_net', 'class'), ('box_net', 'box')):
         convs = sorted(n for n in names if n.startswith('%s/%s-0/' % (net, prefix)))
         assert convs == ['%s/%s-0/%s' % (net, prefix, v)
                          for v in ('bias', 'depthwise_kernel', 'pointwise_kernel')]
-        for level in (3, 4, 5):
+        for level in (3, 4, 5, 6):
             assert '%s/%s-0-bn-%d/gamma' % (net, prefix, level) in names
         assert '%s/%s-predict/pointwise_kernel' % (net, prefix) in names
-    assert sorted(v.op.name for v in predict) == [
+    predict = [v.op.name for v in built.trainable if 'class_net/class-predict/' in v.name]
+    assert sorted(predict) == [
         'class_net/class-predict/bias', 'class_net/class-predict/depthwise_kernel',
         'class_net/class-predict/pointwise_kernel']
-    assert 'efficientnet-b0/stem/conv2d/kernel' in names
-    assert 'resample_p6/conv2d/kernel' in names
-    assert 'fpn_cells/cell_0/fnode0/op_after_combine5/conv/pointwise_kernel' not in names  # 3..5
-    assert 'fpn_cells/cell_0/fnode0/op_after_combine3/conv/pointwise_kernel' in names
 
 
-def test_weight_decay_name_filter_catches_every_conv_weight():
-    config = tiny_config(max_level=5)
-    with tf.Graph().as_default():
-        efficientdet_arch.build_model(_images(config), config, True)
-        trainable = [v.op.name.split('/')[-1] for v in tf1.trainable_variables()]
-        frozen = {v.op.name.split('/')[-1] for v in tf1.global_variables()} - set(trainable)
-    kinds = {n for n in trainable if 'kernel' not in n and 'weights' not in n}
-    assert kinds <= {'bias', 'gamma', 'beta', 'WSM', 'WSM_1', 'WSM_2'}
+def test_backbone_and_fpn_scope_names(built):
+    for name in ['efficientnet-b0/stem/conv2d/kernel', 'resample_p6/conv2d/kernel',
+                 'resample_p6/bn/moving_mean',
+                 # Levels 3..6 are node ids 0..3; fnode0 (P5') fuses P5 (id 2, 320 channels,
+                 # projected by a 1x1 conv) with P6 (id 3) and is node id 4.
+                 'fpn_cells/cell_0/fnode0/resample_0_2_4/conv2d/kernel',
+                 'fpn_cells/cell_0/fnode0/WSM', 'fpn_cells/cell_0/fnode0/WSM_1',
+                 'fpn_cells/cell_0/fnode0/op_after_combine4/conv/pointwise_kernel',
+                 'fpn_cells/cell_0/fnode0/op_after_combine4/bn/gamma']:
+        assert name in built.names
+    assert not any(n.startswith('fpn_cells/cell_0/fnode0/resample_1_3_4/') for n in built.names)
+
+
+def test_weight_decay_name_filter_catches_every_conv_weight(built):
+    trainable = {v.op.name.split('/')[-1] for v in built.trainable}
+    frozen = {v.op.name.split('/')[-1] for v in built.variables} - trainable
+    assert {n for n in trainable if 'kernel' not in n and 'weights' not in n} == {
+        'bias', 'gamma', 'beta', 'WSM', 'WSM_1', 'WSM_2'}
     assert frozen == {'moving_mean', 'moving_variance'}
 
 
-def test_class_predict_bias_starts_at_prior_probability():
-    config = tiny_config(max_level=5)
-    with tf.Graph().as_default():
-        efficientdet_arch.build_model(_images(config), config, False)
-        bias = [v for v in tf1.global_variables() if v.op.name == 'class_net/class-predict/bias']
-        value = _run(bias[0], {})
+def test_class_predict_bias_starts_at_prior_probability(built):
+    bias = [v for v in built.variables if v.op.name == 'class_net/class-predict/bias'][0]
+    value = built.run(bias)
     np.testing.assert_allclose(value, -np.log((1 - 0.01) / 0.01), rtol=1e-6)
     assert value.shape == (ANCHORS * NUM_CLASSES,)
+
+
+def test_inference_mode_adds_no_update_ops(built):
+    assert built.update_ops == []
 
 
 def test_training_mode_adds_update_ops_that_move_statistics():
@@ -118,13 +142,6 @@ def test_training_mode_adds_update_ops_that_move_statistics():
     assert np.abs(moved).max() > 0
 
 
-def test_inference_mode_adds_no_update_ops():
-    config = tiny_config(max_level=5)
-    with tf.Graph().as_default():
-        efficientdet_arch.build_model(_images(config), config, False)
-        assert tf1.get_collection(tf1.GraphKeys.UPDATE_OPS) == []
-
-
 def _build_twice(first, second, feed_config):
     """Builds two models sharing variables; returns both outputs evaluated on one batch."""
     with tf.Graph().as_default():
@@ -136,18 +153,22 @@ def _build_twice(first, second, feed_config):
 
 
 def test_bfloat16_compute_gives_float32_outputs_close_to_float32():
-    config = tiny_config(max_level=5)
-    half = tiny_config(max_level=5, mixed_precision=True)
+    # Training mode, so batch norm keeps activations at unit scale and the outputs depend on
+    # the whole network (in inference mode with fresh moving statistics the class outputs
+    # are ~ the prior bias everywhere). bfloat16 keeps 8 mantissa bits, and 50+ layers with
+    # small-sample batch statistics add noise, so "close" means strongly correlated.
+    config = tiny_config(max_level=5, survival_prob=1.0)
+    half = tiny_config(max_level=5, survival_prob=1.0, mixed_precision=True)
     values_32, values_16 = _build_twice(
-        lambda x: efficientdet_arch.build_model(x, config, False),
-        lambda x: efficientdet_arch.build_model(x, half, False, compute_dtype='bfloat16'),
+        lambda x: efficientdet_arch.build_model(x, config, True),
+        lambda x: efficientdet_arch.build_model(x, half, True, compute_dtype='bfloat16'),
         config)
     for level in (3, 4, 5):
         for full, low in ((values_32[0][level], values_16[0][level]),
                           (values_32[1][level], values_16[1][level])):
             assert low.dtype == np.float32 and np.isfinite(low).all()
-            scale = np.abs(full).max()
-            assert np.abs(full - low).max() < 0.1 * scale + 0.05
+            assert np.corrcoef(full.ravel(), low.ravel())[0, 1] > 0.9
+            assert np.std(full - low) < 0.5 * np.std(full)
 
 
 def test_sync_batch_norm_with_identity_allreduce_matches_local():
@@ -165,8 +186,9 @@ def test_sync_batch_norm_with_identity_allreduce_matches_local():
         local)
     assert calls and all(t.dtype == tf.float32 for t in calls)
     for level in (3, 4, 5):
-        np.testing.assert_allclose(values_sync[1][level], values_local[1][level],
-                                   rtol=1e-2, atol=1e-3)
+        for outputs_sync, outputs_local in zip(values_sync, values_local):
+            np.testing.assert_allclose(outputs_sync[level], outputs_local[level],
+                                       rtol=1e-4, atol=1e-4)
 
 
 def test_batch_norm_sync_path_equals_fused_path_on_one_layer():
@@ -182,19 +204,26 @@ def test_batch_norm_sync_path_equals_fused_path_on_one_layer():
     np.testing.assert_allclose(synced, fused, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('overrides', [
-    dict(fpn_weight_method='attn'), dict(fpn_weight_method='sum'),
-    dict(separable_conv=False), dict(conv_bn_act_pattern=True),
-    dict(conv_after_downsample=True, apply_bn_for_resampling=False), dict(act_type='relu')])
-def test_fpn_options_build_with_exact_shapes(overrides):
+@pytest.mark.parametrize('overrides,present,absent', [
+    (dict(fpn_weight_method='attn', separable_conv=False),
+     ['fpn_cells/cell_0/fnode0/WSM_1', 'fpn_cells/cell_0/fnode0/op_after_combine4/conv/kernel',
+      'class_net/class-0/kernel'],
+     ['fpn_cells/cell_0/fnode0/op_after_combine4/conv/pointwise_kernel']),
+    (dict(fpn_weight_method='sum', conv_bn_act_pattern=True, act_type='relu'),
+     ['fpn_cells/cell_0/fnode0/op_after_combine4/conv/pointwise_kernel'],
+     ['fpn_cells/cell_0/fnode0/WSM', 'fpn_cells/cell_0/fnode0/op_after_combine4/conv/bias']),
+    (dict(conv_after_downsample=True, apply_bn_for_resampling=False),
+     ['resample_p6/conv2d/kernel', 'fpn_cells/cell_0/fnode0/resample_0_2_4/conv2d/kernel'],
+     ['resample_p6/bn/gamma', 'fpn_cells/cell_0/fnode0/resample_0_2_4/bn/gamma'])])
+def test_fpn_options_build_with_exact_shapes(overrides, present, absent):
     config = tiny_config(max_level=6, **overrides)
     with tf.Graph().as_default():
         class_outputs, box_outputs = efficientdet_arch.build_model(_images(config), config, True)
-        names = _variable_names()
+        names = {v.op.name for v in tf1.global_variables()}
     assert class_outputs[6].shape.as_list() == [2, 2, 2, ANCHORS * NUM_CLASSES]
     assert box_outputs[3].shape.as_list() == [2, 16, 16, ANCHORS * 4]
-    has_fusion_weights = any(n.endswith('/WSM') for n in names)
-    assert has_fusion_weights == (config.fpn_weight_method != 'sum')
+    assert set(present) <= names
+    assert not set(absent) & names
 
 
 def test_image_size_not_divisible_is_a_config_error():

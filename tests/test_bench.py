@@ -15,6 +15,7 @@ import bench
 import hparams_config
 import host_postprocess
 import inference
+import postprocess
 from conftest import TINY_HPARAMS, run_main, run_python, tiny_flags
 
 tf1 = tf.compat.v1
@@ -119,41 +120,47 @@ def test_bench_input_measures_the_pipeline(tiny_dataset):
     assert numbers and all(np.isfinite(numbers))
 
 
-def test_host_postprocess_matches_the_graph():
+def test_predictor_raw_outputs_have_anchor_order_shapes():
     config = hparams_config.get_efficientdet_config('efficientdet-d0')
-    config.override(TINY_HPARAMS + ',num_classes=3,nms_configs.max_nms_inputs=300')
-    spec = inference.ModelSpec(config, None, None)
-    rng = np.random.default_rng(0)
-    # Square noise: no padding, whose identical pixels would give tied scores.
-    images = rng.integers(0, 256, [2, 256, 256, 3], dtype=np.uint8)
-    predictor = inference.GraphPredictor(spec)
+    config.override(TINY_HPARAMS + ',num_classes=3')
+    predictor = inference.GraphPredictor(inference.ModelSpec(config, None, None))
     try:
-        outputs = predictor.predict(images, inference.OUTPUT_KEYS + inference.RAW_KEYS)
+        outputs = predictor.predict(np.zeros([2, 100, 140, 3], np.uint8),
+                                    inference.OUTPUT_KEYS + inference.RAW_KEYS)
     finally:
         predictor.close()
+    num_anchors = (16 * 16 + 8 * 8 + 4 * 4) * 9
+    assert outputs['class_logits'].shape == (2, num_anchors, 3)
+    assert outputs['box_codes'].shape == (2, num_anchors, 4)
+    np.testing.assert_allclose(outputs['image_scales'], [140 / 128.0] * 2, rtol=1e-6)
+    assert outputs['image_sizes'].tolist() == [[100, 140]] * 2
+    assert outputs['detection_boxes'].shape == (2, 100, 4)
+
+
+def test_host_postprocess_matches_the_graph_postprocess():
+    num_classes, levels = 3, {3: 16, 4: 8, 5: 4}
     anchor_boxes = anchors.generate_anchor_boxes(128, 128, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
-    nms = config.nms_configs
-    host = host_postprocess.generate_detections(
-        outputs['class_logits'], outputs['box_codes'], anchor_boxes, outputs['image_scales'],
-        outputs['image_sizes'], iou_thresh=nms.iou_thresh, score_thresh=nms.score_thresh,
-        max_nms_inputs=nms.max_nms_inputs, max_output_size=nms.max_output_size)
-    np.testing.assert_allclose(outputs['image_scales'], [2.0, 2.0], rtol=1e-6)
+    rng = np.random.default_rng(0)
+    # Well-separated scores, so both sides agree on one order (random weights give ties).
+    logits = rng.normal(-3.0, 2.0, [2, len(anchor_boxes), num_classes]).astype(np.float32)
+    codes = rng.normal(0.0, 0.3, [2, len(anchor_boxes), 4]).astype(np.float32)
+    class_outputs, box_outputs, start = {}, {}, 0
+    for level, side in levels.items():
+        count = side * side * 9
+        class_outputs[level] = logits[:, start:start + count].reshape(2, side, side, -1)
+        box_outputs[level] = codes[:, start:start + count].reshape(2, side, side, -1)
+        start += count
+    scales, sizes = np.array([1.5, 2.0], np.float32), np.array([[150, 192], [256, 200]])
+    nms_args = dict(iou_thresh=0.5, score_thresh=0.05, max_nms_inputs=1000, max_output_size=50)
+    rows, counts = postprocess.generate_detections(
+        class_outputs, box_outputs, anchor_boxes, np.zeros([2]), scales, sizes,
+        num_classes=num_classes, **nms_args)
+    host = host_postprocess.generate_detections(logits, codes, anchor_boxes, scales, sizes,
+                                                **nms_args)
     for index, (boxes, scores, labels) in enumerate(host):
-        count = outputs['num_detections'][index]
-        assert count == len(scores) > 0
-        graph_rows = np.concatenate([outputs['detection_boxes'][index][:count],
-                                     outputs['detection_scores'][index][:count, None],
-                                     outputs['detection_classes'][index][:count, None]], axis=1)
-        host_rows = np.concatenate([boxes, scores[:, None], labels[:, None]], axis=1)
-        _assert_same_rows(host_rows, graph_rows)
-
-
-def _assert_same_rows(rows_a, rows_b):
-    """Equal up to the order of equal scores."""
-    unused = list(range(len(rows_b)))
-    for row in rows_a:
-        matches = [j for j in unused if rows_b[j][5] == row[5]
-                   and abs(rows_b[j][4] - row[4]) <= 1e-5 * row[4]
-                   and np.abs(rows_b[j][:4] - row[:4]).max() <= 1e-3]
-        assert matches, row
-        unused.remove(matches[0])
+        count = int(counts[index])
+        assert count == len(scores) == 50
+        expected = rows.numpy()[index, :count]
+        np.testing.assert_allclose(scores, expected[:, 5], rtol=1e-5)
+        np.testing.assert_allclose(boxes, expected[:, 1:5], atol=1e-3)
+        assert labels.tolist() == expected[:, 6].astype(int).tolist()

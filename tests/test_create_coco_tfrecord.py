@@ -16,6 +16,7 @@ import tensorflow as tf
 from PIL import Image
 
 from dataset import create_coco_tfrecord
+from dataset import image_codec
 from dataset import label_map as label_map_lib
 from dataset import synthetic_coco
 from dataset import tfrecord_format as fmt
@@ -366,3 +367,29 @@ def test_build_example_checks_shapes():
     assert example.features.feature[fmt.IMAGE_SOURCE_ID].bytes_list.value == [b'7']
     with pytest.raises(ValueError, match='labels has 2 entries for 1 boxes'):
         fmt.build_example(b'jpeg', 10, 20, 7, 'a.jpg', [[0, 0, 1, 1]], [1, 2], ['a'], [0], [1.0])
+
+
+def _encode_and_decode(path, width, height):
+    jpeg = image_codec.encode_jpeg(str(path), width, height, 'instances.json')
+    with Image.open(io.BytesIO(jpeg)) as image:
+        assert (image.format, image.mode) == ('JPEG', 'RGB')
+        assert not image.info.get('progressive')
+        return jpeg, np.asarray(image).astype(int)
+
+
+def test_sixteen_bit_palette_and_progressive_images_become_baseline_rgb(tmp_path):
+    sixteen_bit = np.full((20, 30), 65535, np.uint16)
+    sixteen_bit[:, :15] = 128 * 257
+    Image.fromarray(sixteen_bit).save(tmp_path / 'deep.png')
+    _, pixels = _encode_and_decode(tmp_path / 'deep.png', 30, 20)
+    assert abs(pixels[10, 5, 0] - 128) <= 2 and pixels[10, 25].min() >= 250  # Scaled, not clipped.
+    palette = Image.new('P', (30, 20), 1)
+    palette.putpalette([0, 0, 255] + [0, 255, 0] + [0, 0, 0] * 254)
+    palette.paste(0, (0, 0, 15, 20))
+    palette.save(tmp_path / 'palette.png', transparency=0)
+    _, pixels = _encode_and_decode(tmp_path / 'palette.png', 30, 20)
+    assert pixels[10, 3].max() <= 10 and pixels[10, 25, 1] >= 240  # Transparent -> black.
+    Image.new('RGB', (30, 20), (200, 30, 30)).save(tmp_path / 'progressive.jpg', format='JPEG',
+                                                   progressive=True)
+    jpeg, _ = _encode_and_decode(tmp_path / 'progressive.jpg', 30, 20)
+    assert jpeg != (tmp_path / 'progressive.jpg').read_bytes()

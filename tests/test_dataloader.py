@@ -112,13 +112,15 @@ def test_flip_mirrors_image_and_boxes():
     pixels = fixtures.render_pixels(ImageSpec(1, 64, 80, boxes=[[8, 4, 40, 30]], labels=[1]))
     boxes = tf.constant([[8 / 64, 4 / 80, 40 / 64, 30 / 80]], tf.float32)
     flip_draw = tf.constant([0.0, 0.5, 0.0, 0.0])  # < 0.5 flips; no jitter below.
-    image, flipped, scale, scaled, offset = dataloader.training_window(
+    image, flipped, window = dataloader.training_window(
         tf.constant(pixels), boxes, flip_draw, (64, 80), hflip=True, jitter_min=1.0,
         jitter_max=1.0)
     np.testing.assert_array_equal(image.numpy(), pixels[:, ::-1])
     np.testing.assert_allclose(flipped.numpy(), [[8 / 64, 50 / 80, 40 / 64, 76 / 80]], rtol=1e-6)
-    assert (scale.numpy(), tuple(scaled.numpy()), tuple(offset.numpy())) == (1.0, (64, 80), (0, 0))
-    network_boxes, visible = dataloader.boxes_to_network_pixels(flipped, scaled, offset, (64, 80))
+    assert window.scale.numpy() == 1.0
+    for size in (window.crop_size, window.resized_size):
+        np.testing.assert_array_equal(size.numpy(), [64, 80])
+    network_boxes, visible = dataloader.boxes_to_network_pixels(flipped, [64, 80], window)
     np.testing.assert_allclose(network_boxes.numpy(), [[8, 50, 40, 76]], rtol=1e-6)
     assert visible.numpy().all()
     _, kept = dataloader.training_window(tf.constant(pixels), boxes, tf.constant([0.5, 0.5, 0, 0]),
@@ -147,6 +149,28 @@ def test_random_flip_in_the_pipeline_mirrors_the_positive_anchors(tmp_path):
                     np.testing.assert_array_equal(cls, reference[:, ::-1])
                     seen['mirrored_%d' % level] += 1
     assert seen['same_4'] > 0 and seen['mirrored_4'] > 0, seen
+
+
+def test_augmented_boxes_stay_on_their_object(tmp_path):
+    """Flip + scale jitter + crop: every positive anchor's box decodes onto the painted box."""
+    spec = ImageSpec(4, 96, 128, boxes=[[20, 10, 76, 70]], labels=[1])
+    pattern = fixtures.write_shards(tmp_path, [spec])
+    params = tiny_params(batch_size=8, jitter_min=0.6, jitter_max=2.0)
+    reader = dataloader.InputReader(pattern, is_training=True, deterministic=True, seed=2)
+    images, labels = first_batch(reader, params)
+    anchor_boxes = anchors.generate_anchor_boxes(128, 128, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
+    colour = (fixtures.PALETTE[0] - np.array(params['mean_rgb'])) / params['stddev_rgb']
+    checked = 0
+    for index in range(8):
+        positive = flat_targets(labels, index, 'cls_targets', ()) >= 0
+        decoded = decode_codes(flat_targets(labels, index, 'box_targets', (4,))[positive],
+                               anchor_boxes[positive])
+        for ymin, xmin, ymax, xmax in np.round(decoded).astype(int):
+            if ymax - ymin > 8 and xmax - xmin > 8:
+                inside = images[index, ymin + 3:ymax - 3, xmin + 3:xmax - 3]
+                np.testing.assert_allclose(inside.mean(axis=(0, 1)), colour, atol=0.25)
+                checked += 1
+    assert checked >= 8
 
 
 def test_eval_maps_back_to_original_pixels(tmp_path):
@@ -213,12 +237,23 @@ def test_crowd_boxes_are_skipped_or_ignored_in_training(tmp_path):
         assert labels['groundtruth_data'][0, 0, 4] == 1.0  # Kept for evaluation.
 
 
-def test_crop_drops_boxes_that_leave_it():
-    boxes = tf.constant([[0.0, 0.0, 0.2, 0.2], [0.6, 0.6, 1.0, 1.0]])
-    network_boxes, visible = dataloader.boxes_to_network_pixels(
-        boxes, tf.constant([256, 256]), tf.constant([100, 90]), (128, 128))
+def test_jitter_window_crops_before_resizing_and_drops_boxes_that_leave_it():
+    # 200x100 (h x w) into 128x128 at multiplier 2: scale 1.28 -> 256x128 scaled; the
+    # 128-row window is round(128 / 1.28) = 100 original rows, starting at 0.5 * 100 = 50.
+    window = dataloader.fit_window(200, 100, (128, 128), 2.0, [0.5, 0.9])
+    assert window.scale.numpy() == pytest.approx(1.28)
+    np.testing.assert_array_equal(window.crop_offset.numpy(), [50, 0])
+    np.testing.assert_array_equal(window.crop_size.numpy(), [100, 100])
+    np.testing.assert_array_equal(window.resized_size.numpy(), [128, 128])
+    boxes = tf.constant([[0.0, 0.0, 0.2, 0.5], [0.5, 0.25, 1.0, 0.75]])  # Rows 0-40, 100-200.
+    network_boxes, visible = dataloader.boxes_to_network_pixels(boxes, [200, 100], window)
     np.testing.assert_array_equal(visible.numpy(), [False, True])
-    np.testing.assert_allclose(network_boxes.numpy()[1], [53.6, 63.6, 128, 128], rtol=1e-6)
+    np.testing.assert_allclose(network_boxes.numpy()[1], [64, 32, 128, 96], rtol=1e-6)
+    pixels = np.arange(200 * 100 * 3, dtype=np.float32).reshape(200, 100, 3) % 251
+    image = dataloader.crop_resize_pad(tf.constant(pixels), window, (128, 128), [0.0] * 3,
+                                       [1.0] * 3)
+    expected = tf.image.resize(pixels[50:150], [128, 128])
+    np.testing.assert_array_equal(image.numpy(), expected.numpy())
 
 
 def _shard_ids(pattern, num_shards, is_training=False, **kwargs):
@@ -235,21 +270,30 @@ def _shard_ids(pattern, num_shards, is_training=False, **kwargs):
     return parts
 
 
-@pytest.mark.parametrize('num_files', [4, 1])  # By file, then by record.
-def test_worker_shards_are_disjoint_and_cover_everything(tmp_path, num_files):
-    specs = fixtures.random_specs(11, height=64, width=64, max_boxes=2, seed=num_files)
-    pattern = fixtures.write_shards(tmp_path, specs, num_files=num_files)
-    all_ids = fixtures.read_source_ids(pattern)
-    first, second = _shard_ids(pattern, 2)
-    assert sorted(first + second) == sorted(all_ids)  # Each image exactly once in eval.
+@pytest.fixture(scope='module', params=[4, 1], ids=['by_file', 'by_record'])
+def sharded_records(request, tmp_path_factory):
+    """11 small images in 4 files (workers split files) or in 1 (workers split records)."""
+    specs = fixtures.random_specs(11, height=64, width=64, max_boxes=2, seed=request.param)
+    return fixtures.write_shards(tmp_path_factory.mktemp('shards'), specs,
+                                 num_files=request.param)
+
+
+def test_eval_worker_shards_are_disjoint_and_cover_everything_once(sharded_records):
+    first, second = _shard_ids(sharded_records, 2)
+    assert sorted(first + second) == sorted(fixtures.read_source_ids(sharded_records))
     assert first and second and not set(first) & set(second)
-    train_first, train_second = _shard_ids(pattern, 2, is_training=True)
-    assert set(train_first) <= set(first) and set(train_second) <= set(second)
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
-    reader = dataloader.InputReader(pattern, is_training=False)
+    reader = dataloader.InputReader(sharded_records, is_training=False)
     from_context = [int(i) for _, labels in reader(tiny_params(), context).as_numpy_iterator()
                     for i in labels['source_ids']]
     assert from_context == second
+
+
+def test_training_worker_shards_are_disjoint(sharded_records):
+    first, second = _shard_ids(sharded_records, 2, is_training=True)
+    assert len(first) == len(second) == 12  # 6 batches of 2, repeating.
+    assert not set(first) & set(second)
+    assert set(first) | set(second) <= set(fixtures.read_source_ids(sharded_records))
 
 
 def test_max_examples_limits_the_whole_dataset_across_workers(tmp_path):

@@ -46,7 +46,7 @@ def test_learning_rate_scales_with_the_global_batch():
 def _tiny_params():
     config = hparams_config.get_efficientdet_config('efficientdet-d0')
     config.override(TINY_HPARAMS + ',num_classes=3,input_rand_hflip=false,jitter_min=1.0,'
-                    'jitter_max=1.0,learning_rate=0.5,lr_warmup_init=0.5,moving_average_decay=0.9')
+                    'jitter_max=1.0,learning_rate=0.08,lr_warmup_init=0.08,moving_average_decay=0.9')
     return dict(config.as_dict(), batch_size=2, global_batch_size=64, steps_per_epoch=100,
                 total_steps=1000, compute_dtype='float32', seed=1)
 

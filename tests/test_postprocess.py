@@ -15,30 +15,30 @@ _OFF = -30.0  # logit of "not this class": sigmoid ~ 1e-13, far below any thresh
 
 
 def _logit(p):
-  return float(np.log(p / (1.0 - p)))
+    return float(np.log(p / (1.0 - p)))
 
 
 def _outputs(per_image):
-  """per_image: list over the batch of [(class_index, score), ...] per anchor."""
-  logits = np.full((len(per_image), 1, len(per_image[0]), NUM_CLASSES), _OFF, np.float32)
-  for b, anchors in enumerate(per_image):
-    for a, (cls, score) in enumerate(anchors):
-      logits[b, 0, a, cls] = _logit(score)
-  codes = np.zeros(logits.shape[:3] + (4,), np.float32)
-  return {3: tf.constant(logits)}, {3: tf.constant(codes)}
+    """per_image: list over the batch of [(class_index, score), ...] per anchor."""
+    logits = np.full((len(per_image), 1, len(per_image[0]), NUM_CLASSES), _OFF, np.float32)
+    for b, anchors in enumerate(per_image):
+        for a, (cls, score) in enumerate(anchors):
+            logits[b, 0, a, cls] = _logit(score)
+    codes = np.zeros(logits.shape[:3] + (4,), np.float32)
+    return {3: tf.constant(logits)}, {3: tf.constant(codes)}
 
 
 def _detect(boxes, per_image, image_ids=None, scales=None, sizes=None, **kwargs):
-  class_outputs, box_outputs = _outputs(per_image)
-  batch = len(per_image)
-  image_ids = tf.constant(image_ids or [7] * batch, tf.int64)
-  scales = tf.constant(scales or [1.0] * batch, tf.float32)
-  sizes = None if sizes is None else tf.constant(sizes, tf.int32)
-  kwargs.setdefault('max_output_size', 5)
-  rows, count = postprocess.generate_detections(
-      class_outputs, box_outputs, np.array(boxes, np.float32), image_ids, scales, sizes,
-      num_classes=NUM_CLASSES, **kwargs)
-  return rows.numpy(), count.numpy()
+    class_outputs, box_outputs = _outputs(per_image)
+    batch = len(per_image)
+    image_ids = tf.constant(image_ids or [7] * batch, tf.int64)
+    scales = tf.constant(scales or [1.0] * batch, tf.float32)
+    sizes = None if sizes is None else tf.constant(sizes, tf.int32)
+    kwargs.setdefault('max_output_size', 5)
+    rows, count = postprocess.generate_detections(
+        class_outputs, box_outputs, np.array(boxes, np.float32), image_ids, scales, sizes,
+        num_classes=NUM_CLASSES, **kwargs)
+    return rows.numpy(), count.numpy()
 
 
 # Class 0 cluster: B0 and B1 overlap with IoU 81 / 119 = 0.68.
@@ -50,93 +50,93 @@ FIVE_SCORES = [(0, 0.9), (0, 0.8), (1, 0.7), (1, 0.6), (1, 0.65)]
 
 
 def test_hard_nms_on_five_boxes():
-  rows, count = _detect(FIVE_BOXES, [FIVE_SCORES])
-  assert rows.shape == (1, 5, 7) and rows.dtype == np.float32
-  assert count.tolist() == [3]
-  expected = np.array([[7, 0, 0, 10, 10, 0.9, 1],     # B0, label = class 0 + 1
-                       [7, 50, 50, 60, 60, 0.7, 2],   # B2 beats B3
-                       [7, 80, 80, 90, 95, 0.65, 2],  # B4 alone
-                       [0] * 7, [0] * 7], np.float32)
-  np.testing.assert_allclose(rows[0], expected, rtol=1e-5)
-  np.testing.assert_array_equal(rows[0, 3:], 0.0)
+    rows, count = _detect(FIVE_BOXES, [FIVE_SCORES])
+    assert rows.shape == (1, 5, 7) and rows.dtype == np.float32
+    assert count.tolist() == [3]
+    expected = np.array([[7, 0, 0, 10, 10, 0.9, 1],     # B0, label = class 0 + 1
+                         [7, 50, 50, 60, 60, 0.7, 2],   # B2 beats B3
+                         [7, 80, 80, 90, 95, 0.65, 2],  # B4 alone
+                         [0] * 7, [0] * 7], np.float32)
+    np.testing.assert_allclose(rows[0], expected, rtol=1e-5)
+    np.testing.assert_array_equal(rows[0, 3:], 0.0)
 
 
 def test_nms_is_per_class():
-  # Two identical boxes of different classes both survive.
-  rows, count = _detect([[0, 0, 10, 10], [0, 0, 10, 10]], [[(0, 0.9), (1, 0.8)]])
-  assert count.tolist() == [2]
-  np.testing.assert_allclose(rows[0, :2, 5:], [[0.9, 1], [0.8, 2]], rtol=1e-5)
+    # Two identical boxes of different classes both survive.
+    rows, count = _detect([[0, 0, 10, 10], [0, 0, 10, 10]], [[(0, 0.9), (1, 0.8)]])
+    assert count.tolist() == [2]
+    np.testing.assert_allclose(rows[0, :2, 5:], [[0.9, 1], [0.8, 2]], rtol=1e-5)
 
 
 def test_all_nms_inputs_matches_top_k_preselection():
-  top_k_rows, _ = _detect(FIVE_BOXES, [FIVE_SCORES])
-  all_rows, _ = _detect(FIVE_BOXES, [FIVE_SCORES], max_nms_inputs=0)
-  np.testing.assert_allclose(all_rows, top_k_rows, rtol=1e-6)
-  # Pre-selecting only the 2 best (anchor, class) pairs leaves B0 (B1 is suppressed).
-  rows, count = _detect(FIVE_BOXES, [FIVE_SCORES], max_nms_inputs=2)
-  assert count.tolist() == [1]
-  np.testing.assert_allclose(rows[0, 0], [7, 0, 0, 10, 10, 0.9, 1], rtol=1e-5)
+    top_k_rows, _ = _detect(FIVE_BOXES, [FIVE_SCORES])
+    all_rows, _ = _detect(FIVE_BOXES, [FIVE_SCORES], max_nms_inputs=0)
+    np.testing.assert_allclose(all_rows, top_k_rows, rtol=1e-6)
+    # Pre-selecting only the 2 best (anchor, class) pairs leaves B0 (B1 is suppressed).
+    rows, count = _detect(FIVE_BOXES, [FIVE_SCORES], max_nms_inputs=2)
+    assert count.tolist() == [1]
+    np.testing.assert_allclose(rows[0, 0], [7, 0, 0, 10, 10, 0.9, 1], rtol=1e-5)
 
 
 def test_gaussian_soft_nms_decays_overlapping_score():
-  # IoU of the two boxes = 50 / 150 = 1/3; sigma = 0.5.
-  rows, count = _detect([[0, 0, 10, 10], [0, 5, 10, 15]], [[(0, 0.9), (0, 0.8)]],
-                        method='gaussian', sigma=0.5)
-  assert count.tolist() == [2]
-  decayed = 0.8 * np.exp(-(1 / 3) ** 2 / 0.5)
-  np.testing.assert_allclose(rows[0, :2], [[7, 0, 0, 10, 10, 0.9, 1],
-                                           [7, 0, 5, 10, 15, decayed, 1]], rtol=1e-5)
+    # IoU of the two boxes = 50 / 150 = 1/3; sigma = 0.5.
+    rows, count = _detect([[0, 0, 10, 10], [0, 5, 10, 15]], [[(0, 0.9), (0, 0.8)]],
+                          method='gaussian', sigma=0.5)
+    assert count.tolist() == [2]
+    decayed = 0.8 * np.exp(-(1 / 3) ** 2 / 0.5)
+    np.testing.assert_allclose(rows[0, :2], [[7, 0, 0, 10, 10, 0.9, 1],
+                                             [7, 0, 5, 10, 15, decayed, 1]], rtol=1e-5)
 
 
 def test_score_threshold():
-  rows, count = _detect([[0, 0, 10, 10], [20, 20, 30, 30]], [[(0, 0.9), (1, 0.3)]],
-                        score_thresh=0.5)
-  assert count.tolist() == [1]
-  np.testing.assert_array_equal(rows[0, 1:], 0.0)
+    rows, count = _detect([[0, 0, 10, 10], [20, 20, 30, 30]], [[(0, 0.9), (1, 0.3)]],
+                          score_thresh=0.5)
+    assert count.tolist() == [1]
+    np.testing.assert_array_equal(rows[0, 1:], 0.0)
 
 
 def test_max_output_size_caps_detections():
-  boxes = [[0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50], [60, 60, 70, 70]]
-  rows, count = _detect(boxes, [[(0, 0.5), (1, 0.9), (0, 0.7), (1, 0.6)]],
-                        max_output_size=2)
-  assert rows.shape == (1, 2, 7) and count.tolist() == [2]
-  np.testing.assert_allclose(rows[0, :, 1:], [[20, 20, 30, 30, 0.9, 2],
-                                              [40, 40, 50, 50, 0.7, 1]], rtol=1e-5)
+    boxes = [[0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50], [60, 60, 70, 70]]
+    rows, count = _detect(boxes, [[(0, 0.5), (1, 0.9), (0, 0.7), (1, 0.6)]],
+                          max_output_size=2)
+    assert rows.shape == (1, 2, 7) and count.tolist() == [2]
+    np.testing.assert_allclose(rows[0, :, 1:], [[20, 20, 30, 30, 0.9, 2],
+                                                [40, 40, 50, 50, 0.7, 1]], rtol=1e-5)
 
 
 def test_scales_and_clips_to_original_pixels_per_image():
-  boxes = [[10, 20, 30, 80], [0, 0, 4, 4]]
-  per_image = [[(0, 0.9), (1, 0.05)], [(0, 0.9), (1, 0.05)]]
-  rows, count = _detect(boxes, per_image, image_ids=[7, 8], scales=[2.0, 0.5],
-                        sizes=[[50, 100], [100, 100]])
-  assert count.tolist() == [2, 2]
-  # Image 7: x2 -> [20, 40, 60, 160], clipped to 50 x 100 -> [20, 40, 50, 100].
-  np.testing.assert_allclose(rows[0, :2], [[7, 20, 40, 50, 100, 0.9, 1],
-                                           [7, 0, 0, 8, 8, 0.05, 2]], rtol=1e-5)
-  # Image 8: x0.5 -> [5, 10, 15, 40], inside 100 x 100.
-  np.testing.assert_allclose(rows[1, :2], [[8, 5, 10, 15, 40, 0.9, 1],
-                                           [8, 0, 0, 2, 2, 0.05, 2]], rtol=1e-5)
+    boxes = [[10, 20, 30, 80], [0, 0, 4, 4]]
+    per_image = [[(0, 0.9), (1, 0.05)], [(0, 0.9), (1, 0.05)]]
+    rows, count = _detect(boxes, per_image, image_ids=[7, 8], scales=[2.0, 0.5],
+                          sizes=[[50, 100], [100, 100]])
+    assert count.tolist() == [2, 2]
+    # Image 7: x2 -> [20, 40, 60, 160], clipped to 50 x 100 -> [20, 40, 50, 100].
+    np.testing.assert_allclose(rows[0, :2], [[7, 20, 40, 50, 100, 0.9, 1],
+                                             [7, 0, 0, 8, 8, 0.05, 2]], rtol=1e-5)
+    # Image 8: x0.5 -> [5, 10, 15, 40], inside 100 x 100.
+    np.testing.assert_allclose(rows[1, :2], [[8, 5, 10, 15, 40, 0.9, 1],
+                                             [8, 0, 0, 2, 2, 0.05, 2]], rtol=1e-5)
 
 
 def test_runs_in_v1_graph_with_unknown_batch():
-  class_outputs, box_outputs = _outputs([FIVE_SCORES])
-  feed_logits, feed_codes = class_outputs[3].numpy(), box_outputs[3].numpy()
-  with tf.Graph().as_default():
-    logits = tf.compat.v1.placeholder(tf.float32, [None, 1, 5, NUM_CLASSES])
-    codes = tf.compat.v1.placeholder(tf.float32, [None, 1, 5, 4])
-    ids = tf.compat.v1.placeholder(tf.int64, [None])
-    scales = tf.compat.v1.placeholder(tf.float32, [None])
-    rows, count = postprocess.generate_detections(
-        {3: logits}, {3: codes}, np.array(FIVE_BOXES, np.float32), ids, scales,
-        num_classes=NUM_CLASSES, max_output_size=5)
-    with tf.compat.v1.Session() as sess:
-      got_rows, got_count = sess.run([rows, count], {
-          logits: feed_logits, codes: feed_codes, ids: [7], scales: [1.0]})
-  eager_rows, _ = _detect(FIVE_BOXES, [FIVE_SCORES])
-  assert got_count.tolist() == [3]
-  np.testing.assert_allclose(got_rows, eager_rows, rtol=1e-6)
+    class_outputs, box_outputs = _outputs([FIVE_SCORES])
+    feed_logits, feed_codes = class_outputs[3].numpy(), box_outputs[3].numpy()
+    with tf.Graph().as_default():
+        logits = tf.compat.v1.placeholder(tf.float32, [None, 1, 5, NUM_CLASSES])
+        codes = tf.compat.v1.placeholder(tf.float32, [None, 1, 5, 4])
+        ids = tf.compat.v1.placeholder(tf.int64, [None])
+        scales = tf.compat.v1.placeholder(tf.float32, [None])
+        rows, count = postprocess.generate_detections(
+            {3: logits}, {3: codes}, np.array(FIVE_BOXES, np.float32), ids, scales,
+            num_classes=NUM_CLASSES, max_output_size=5)
+        with tf.compat.v1.Session() as sess:
+            got_rows, got_count = sess.run([rows, count], {
+                logits: feed_logits, codes: feed_codes, ids: [7], scales: [1.0]})
+    eager_rows, _ = _detect(FIVE_BOXES, [FIVE_SCORES])
+    assert got_count.tolist() == [3]
+    np.testing.assert_allclose(got_rows, eager_rows, rtol=1e-6)
 
 
 def test_unknown_method_lists_valid_ones():
-  with pytest.raises(ValueError, match='gaussian'):
-    _detect(FIVE_BOXES, [FIVE_SCORES], method='linear')
+    with pytest.raises(ValueError, match='gaussian'):
+        _detect(FIVE_BOXES, [FIVE_SCORES], method='linear')

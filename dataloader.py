@@ -267,6 +267,14 @@ def _labels_dict(targets, source_id, image_scale, original_size, groundtruth):
     return labels
 
 
+def list_record_files(file_pattern):
+    """Sorted files matching a glob or comma-separated globs, without the converter's JSON
+    side files (`train-*` also matches `train-label_map.json` and `train-summary.json`)."""
+    patterns = [p.strip() for p in file_pattern.split(',') if p.strip()]
+    return sorted({path for pattern in patterns for path in tf.io.gfile.glob(pattern)
+                   if not path.endswith('.json')})
+
+
 class InputReader:
     """Estimator input_fn over detection TFRecords (see the module docstring).
 
@@ -330,8 +338,7 @@ class InputReader:
         return (int(seed) * 1000003 + shard_index) % (2 ** 31 - 1)
 
     def _list_files(self):
-        patterns = [p.strip() for p in self._file_pattern.split(',') if p.strip()]
-        files = sorted({path for pattern in patterns for path in tf.io.gfile.glob(pattern)})
+        files = list_record_files(self._file_pattern)
         if not files:
             raise ValueError('no TFRecord files match file_pattern %r (check the path and the '
                              'glob); %s' % (self._file_pattern, CONVERTER_HINT))

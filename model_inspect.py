@@ -82,6 +82,7 @@ def inspect_model(config):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s' % argv[1:])
+    tf.get_logger().setLevel('ERROR')  # Keep stdout/stderr to the one JSON line or an error.
     try:
         config = resolve_config(FLAGS.model_name, FLAGS.image_size, FLAGS.hparams,
                                 FLAGS.num_classes)

@@ -44,7 +44,7 @@ class Run:
 def _check_pattern(flag_name, pattern):
     if not pattern:
         raise RunSetupError('--%s is required for this mode' % flag_name)
-    if not tf.io.gfile.glob(pattern):
+    if not dataloader.list_record_files(pattern):
         raise RunSetupError(
             'no files match --%s=%s; convert your COCO-format data first with '
             '`python -m dataset.create_coco_tfrecord --image_dir=... '
@@ -98,7 +98,7 @@ def _examples_per_epoch(flags):
         return 1000
     counted = _count_from_summary(flags.training_file_pattern)
     if counted is None:
-        counted = sum(1 for f in tf.io.gfile.glob(flags.training_file_pattern)
+        counted = sum(1 for f in dataloader.list_record_files(flags.training_file_pattern)
                       for _ in tf1.io.tf_record_iterator(f))
     return counted
 

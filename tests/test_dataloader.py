@@ -309,7 +309,7 @@ def test_deterministic_mode_repeats_batches(random_records):
     def batches(seed):
         reader = dataloader.InputReader(random_records, is_training=True, deterministic=True,
                                         seed=seed)
-        return list(reader(params).take(2).as_numpy_iterator())
+        return list(reader(params).take(4).as_numpy_iterator())  # Into the 2nd epoch.
     first, second = batches(5), batches(5)
     for (images_a, labels_a), (images_b, labels_b) in zip(first, second):
         np.testing.assert_array_equal(images_a, images_b)
@@ -362,3 +362,11 @@ def test_too_many_boxes_fail_eval_and_truncate_in_training(tmp_path):
     _, labels = first_batch(dataloader.InputReader(pattern, is_training=True),
                             tiny_params(**NO_AUGMENTATION))
     assert (labels['groundtruth_data'][:, :, 6] == 1).all()
+
+
+def test_converter_side_files_are_not_read_as_records(tmp_path):
+    # `train-*` is what users type; it also matches the converter's JSON side files.
+    for name in ('train-00000-of-00001.tfrecord', 'train-label_map.json', 'train-summary.json'):
+        (tmp_path / name).write_text('x')
+    assert dataloader.list_record_files(str(tmp_path / 'train-*')) == [
+        str(tmp_path / 'train-00000-of-00001.tfrecord')]

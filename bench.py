@@ -50,6 +50,9 @@ flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1
 flags.DEFINE_bool('is_training', True, 'input: the training pipeline (augmentation, '
                   'targets) rather than the eval one.')
 flags.DEFINE_string('output', None, 'suite: markdown file to write.')
+flags.DEFINE_bool('onednn', True, 'Run TensorFlow with its oneDNN CPU kernels '
+                  '(TF_ENABLE_ONEDNN_OPTS=1; TF 2.15 turns them on by itself only on CPUs with '
+                  'AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
 flags.DEFINE_bool('quick', False, 'suite: few steps (checks the suite runs, not for numbers).')
 
 
@@ -120,6 +123,14 @@ def train_command(batch_size, model_dir, steps, warmup):
     return [sys.executable] + main_args
 
 
+def onednn_setting():
+    return '1' if FLAGS.onednn else '0'
+
+
+def _child_env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', TF_ENABLE_ONEDNN_OPTS=onednn_setting())
+
+
 def parse_result_lines(output):
     """The JSON objects of every `BENCHMARK {json}` line in a process's output."""
     results = []
@@ -132,7 +143,7 @@ def parse_result_lines(output):
 
 def _train_row(batch_size, per_rank, command):
     main_result = min(per_rank, key=lambda r: r.get('rank', 0))
-    row = dict(main_result, global_batch=batch_size,
+    row = dict(main_result, global_batch=batch_size, onednn=FLAGS.onednn,
                peak_host_memory_mb=max(r['peak_host_memory_mb'] for r in per_rank),
                command=' '.join(command))
     if len(per_rank) > 1:
@@ -147,8 +158,7 @@ def run_train_benchmark(batch_sizes, steps, warmup):
             command = train_command(batch_size, model_dir, steps, warmup)
             print('$ ' + ' '.join(command), flush=True)
             result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True,
-                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+                                    stderr=subprocess.STDOUT, text=True, env=_child_env())
         per_rank = parse_result_lines(result.stdout)
         if result.returncode != 0 or not per_rank:
             raise BenchError('training benchmark at batch %d failed (exit %d):\n%s'
@@ -195,6 +205,8 @@ def cmd_infer():
         rows.extend(bench_infer.benchmark_batch_size(spec, batch_size, source, modes,
                                                      FLAGS.steps, FLAGS.warmup))
     config = spec.config
+    for row in rows:
+        row['onednn'] = FLAGS.onednn
     emit({'bench': 'infer', 'model_name': config.name, 'image_size': config.image_size,
           'weights': 'random' if spec.checkpoint is None else spec.checkpoint,
           'source': FLAGS.source, 'rows': rows}, rows, INFER_COLUMNS)
@@ -229,6 +241,8 @@ COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite':
 def main(argv):
     if len(argv) != 2 or argv[1] not in COMMANDS:
         raise app.UsageError('usage: bench.py {%s} --flags...' % ','.join(COMMANDS))
+    # Read by TensorFlow when it initialises: set before anything imports it.
+    os.environ['TF_ENABLE_ONEDNN_OPTS'] = onednn_setting()
     user_errors = [BenchError, hparams_config.ConfigError, FileNotFoundError]
     if argv[1] == 'infer':
         import bench_infer  # pylint: disable=import-outside-toplevel

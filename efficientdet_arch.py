@@ -4,7 +4,8 @@ repeated weighted BiFPN cells, and class / box heads shared across levels.
 `build_model` is the factory: it is the only function here that reads the config. It returns
 raw per-level outputs (docs/CONTRACTS.md); anchors, losses and decoding live elsewhere.
 
-Variable scopes (names are compatible with the TF EfficientDet checkpoints):
+Variable scopes (named as in the google/automl TF1 EfficientDet / EfficientNet code, so their
+checkpoints can be mapped by name; not verified here against a real checkpoint file):
   efficientnet-bN/...                         backbone (restored alone by --backbone_ckpt)
   resample_p6/{conv2d,bn}/...                 extra levels above the backbone's P5
   fpn_cells/cell_<r>/fnode<i>/...             BiFPN nodes (resample_*, WSM*, op_after_combine*)
@@ -177,6 +178,9 @@ def build_feature_network(backbone_features, sizes, num_filters, cell_repeats, n
             feats.append(resample_feature_map(
                 feats[-1], 'p%d' % level, sizes[level], num_filters, norm_fn, apply_bn,
                 conv_after_downsample))
+        if tuple(feats[-1].shape[1:3]) != sizes[level]:
+            raise ValueError('level %d feature map is %s, expected %s (H, W); levels must '
+                             'halve exactly' % (level, feats[-1].shape[1:3], sizes[level]))
     nodes = fpn_configs.bifpn_config(levels[0], levels[-1])
     with tf1.variable_scope('fpn_cells'):
         for repeat in range(cell_repeats):

@@ -289,6 +289,9 @@ def run_predict():
         predictor = SavedModelPredictor(FLAGS.saved_model)
         names = predict.category_names_of_saved_model(FLAGS.saved_model)
     else:
+        if not FLAGS.model_dir:
+            raise InferenceError('predict needs --saved_model=DIR (an export) or '
+                                 '--model_dir=DIR (a training run)')
         spec = _spec_from_flags()
         predictor, names = GraphPredictor(spec, batch_size=1), predict.category_names(
             spec.label_map)

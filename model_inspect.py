@@ -62,8 +62,8 @@ def count_float_ops(graph):
     return int(total)
 
 
-def inspect_model(config):
-    """Returns the JSON-ready description of `config`'s network (batch 1, inference)."""
+def build_inspection_graph(config):
+    """Returns (graph, class_outputs, box_outputs) of a batch-1 inference graph."""
     height, width = hparams_config.parse_image_size(config.image_size)
     compute_dtype = 'bfloat16' if config.mixed_precision else 'float32'
     graph = tf.Graph()
@@ -71,10 +71,19 @@ def inspect_model(config):
         images = tf1.placeholder(tf.float32, [1, height, width, 3], name='images')
         class_outputs, box_outputs = efficientdet_arch.build_model(
             images, config, is_training=False, compute_dtype=compute_dtype)
+    return graph, class_outputs, box_outputs
+
+
+def inspect_model(config, built=None):
+    """Returns the JSON-ready description of `config`'s network (batch 1, inference).
+
+    built: optional build_inspection_graph(config) result, to reuse a graph."""
+    graph, class_outputs, box_outputs = built or build_inspection_graph(config)
     levels = {str(level): {'class': class_outputs[level].shape.as_list(),
                            'box': box_outputs[level].shape.as_list()}
               for level in sorted(class_outputs)}
-    return {'model_name': config.name, 'image_size': [height, width],
+    return {'model_name': config.name,
+            'image_size': list(hparams_config.parse_image_size(config.image_size)),
             'params': count_trainable_params(graph), 'flops': count_float_ops(graph) // 2,
             'levels': levels}
 

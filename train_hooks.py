@@ -72,9 +72,13 @@ def weights_checksum():
 class TrainLogHook(tf1.train.SessionRunHook):
     """Every n steps: step, losses, learning rate, images/s and ETA, to the log and as JSON."""
 
-    def __init__(self, model_dir, global_batch, total_steps, every_n_steps, write_files):
+    def __init__(self, model_dir, global_batch, total_steps, every_n_steps, write_files,
+                 last_step=None):
+        """total_steps: the run's final step (for the ETA); last_step: where this train()
+        call stops (always logged)."""
         self._model_dir, self._global_batch = model_dir, global_batch
         self._total_steps, self._every_n = total_steps, max(1, every_n_steps)
+        self._last_step = last_step or total_steps
         self._write_files = write_files
         self._last_time = self._last_step = None
 
@@ -98,7 +102,7 @@ class TrainLogHook(tf1.train.SessionRunHook):
         if self._last_time is None:
             self._last_time, self._last_step = now, step
             return
-        if step % self._every_n and step != self._total_steps:
+        if step % self._every_n and step != self._last_step:
             return
         self._log(step, scalars, now)
 
@@ -177,8 +181,9 @@ def parse_profile_steps(text):
 
 def make_training_hooks(run, max_steps):
     flags = run.flags
-    hooks = [TrainLogHook(flags.model_dir, flags.train_batch_size, max_steps,
-                          flags.log_every_n_steps, write_files=runtime.is_main())]
+    hooks = [TrainLogHook(flags.model_dir, flags.train_batch_size,
+                          max(run.total_steps, max_steps), flags.log_every_n_steps,
+                          write_files=runtime.is_main(), last_step=max_steps)]
     if flags.profile_steps and runtime.is_main():
         start, end = parse_profile_steps(flags.profile_steps)
         hooks.append(ProfilerWindowHook(start, end, os.path.join(flags.model_dir, 'profile')))

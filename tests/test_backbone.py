@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import nn_layers
 from backbone import efficientnet_builder as builder
+from backbone import efficientnet_model
 
 tf1 = tf.compat.v1
 
@@ -126,7 +127,6 @@ def test_drop_connect_only_in_training_on_residual_blocks(is_training, expected)
 
 
 def test_survival_prob_decays_linearly_over_blocks():
-    from backbone import efficientnet_model
     assert efficientnet_model.block_survival_prob(0.8, 0, 16) == 1.0
     assert efficientnet_model.block_survival_prob(0.8, 8, 16) == pytest.approx(0.9)
     assert efficientnet_model.block_survival_prob(None, 8, 16) is None

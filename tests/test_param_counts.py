@@ -5,12 +5,15 @@ trainable variables, i.e. conv kernels and biases, BN gamma/beta and fusion weig
 statistics are not parameters. Parameters do not depend on the image size, so each variant
 is built (never run) at its smallest legal size, 2**max_level, with batch 1.
 """
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import efficientdet_arch
 import hparams_config
+import model_inspect
 
 tf1 = tf.compat.v1
 
@@ -21,32 +24,61 @@ PUBLISHED_MILLIONS = {
 }
 
 
-def trainable_params(model_name):
+@functools.lru_cache(maxsize=None)
+def trainable_shapes(model_name):
+    """{variable name: shape} of the trainable variables of one variant (built once)."""
     config = hparams_config.get_efficientdet_config(model_name)
     side = 2 ** config.max_level
     config.image_size = side
     with tf.Graph().as_default():
         images = tf1.placeholder(tf.float32, [1, side, side, 3])
         efficientdet_arch.build_model(images, config, is_training=False)
-        return int(sum(np.prod(v.shape.as_list()) for v in tf1.trainable_variables()))
+        return {v.op.name: tuple(v.shape.as_list()) for v in tf1.trainable_variables()}
+
+
+def _count(shapes):
+    return int(sum(np.prod(shape) for shape in shapes))
 
 
 @pytest.mark.parametrize('model_name', sorted(PUBLISHED_MILLIONS))
 def test_params_match_published(model_name):
-    count = trainable_params(model_name)
+    count = _count(trainable_shapes(model_name).values())
     published = PUBLISHED_MILLIONS[model_name] * 1e6
     assert abs(count - published) / published < 0.015, (model_name, count)
 
 
-def test_params_grow_with_class_count_only_in_class_predict():
-    # class-predict is a separable conv: depthwise 3x3xC + pointwise C x (A*K) + bias A*K,
-    # with C = 64 and A = 9 for D0, so each extra class adds 9 * (64 + 1) = 585 parameters.
-    base = trainable_params('efficientdet-d0')
-    config_classes = hparams_config.get_efficientdet_config('efficientdet-d0')
-    config_classes.num_classes = 91
-    config_classes.image_size = 128
-    with tf.Graph().as_default():
-        images = tf1.placeholder(tf.float32, [1, 128, 128, 3])
-        efficientdet_arch.build_model(images, config_classes, is_training=False)
-        more = int(sum(np.prod(v.shape.as_list()) for v in tf1.trainable_variables()))
-    assert more - base == 9 * (64 + 1)
+def test_only_class_predict_depends_on_the_class_count():
+    # D0: C = 64 filters, A = 9 anchors, K = 90 classes. class-predict is a separable conv:
+    # depthwise 3*3*C + pointwise C*A*K + bias A*K = 576 + 51,840 + 810.
+    shapes = trainable_shapes('efficientdet-d0')
+    predict = {n: s for n, s in shapes.items() if n.startswith('class_net/class-predict/')}
+    assert predict == {'class_net/class-predict/depthwise_kernel': (3, 3, 64, 1),
+                       'class_net/class-predict/pointwise_kernel': (1, 1, 64, 810),
+                       'class_net/class-predict/bias': (810,)}
+    assert _count(predict.values()) == 576 + 51840 + 810
+    box_predict = [s for n, s in shapes.items() if n.startswith('box_net/box-predict/')]
+    assert sorted(box_predict) == [(1, 1, 64, 36), (3, 3, 64, 1), (36,)]
+
+
+def test_backbone_share_of_d0_is_efficientnet_b0_without_head():
+    # 3,595,388 = EfficientNet-B0's 5,288,548 minus its head (see tests/test_backbone.py).
+    shapes = trainable_shapes('efficientdet-d0')
+    backbone = [s for n, s in shapes.items() if n.startswith('efficientnet-b0/')]
+    assert _count(backbone) == 3595388
+
+
+def test_model_inspect_counts_match_the_profiler_on_a_tiny_config():
+    config = model_inspect.resolve_config(
+        'efficientdet-d0', image_size='128x64', num_classes=2,
+        hparams='fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,max_level=6')
+    built = model_inspect.build_inspection_graph(config)
+    result = model_inspect.inspect_model(config, built)
+    assert result['image_size'] == [64, 128]
+    assert sorted(result['levels']) == ['3', '4', '5', '6']
+    assert result['levels']['6'] == {'class': [1, 1, 2, 18], 'box': [1, 1, 2, 36]}
+    options = tf1.profiler.ProfileOptionBuilder.float_operation()
+    options['output'] = 'none'
+    profiled = tf1.profiler.profile(built[0], options=options).total_float_ops
+    assert result['flops'] == profiled // 2
+    with built[0].as_default():
+        assert result['params'] == _count(v.shape.as_list() for v in tf1.trainable_variables())

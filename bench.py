@@ -29,31 +29,36 @@ REPO = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = 'BENCHMARK '
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x.')
-flags.DEFINE_string('hparams', '', 'Overrides, e.g. image_size=640 (infer/input/train).')
-flags.DEFINE_string('batch_sizes', None, 'train/infer: comma-separated batch sizes '
-                    '(train: global batch). Default train 2,4; infer 1,2,4,8.')
-flags.DEFINE_integer('steps', 20, 'Measured steps per batch size.', lower_bound=1)
-flags.DEFINE_integer('warmup', 5, 'Steps run before measuring.', lower_bound=0)
-flags.DEFINE_bool('use_fake_data', True, 'train: synthetic tensors instead of TFRecords.')
-flags.DEFINE_string('training_file_pattern', None, 'train without fake data: TFRecords.')
-flags.DEFINE_integer('num_ranks', 1, 'train: ranks on this box (Horovod, mpirun).',
-                     lower_bound=1)
-flags.DEFINE_string('model_dir', None, 'infer: trained run directory (EMA weights).')
-flags.DEFINE_string('checkpoint', None, 'infer: checkpoint (default: latest in model_dir).')
-flags.DEFINE_bool('random_weights', False, 'infer: randomly initialised weights.')
-flags.DEFINE_string('source', 'random', 'infer: random | image:PATH | repeat:PATH | dir:PATH.')
-flags.DEFINE_string('postprocess', 'graph', 'infer: comma list of graph, host, none.')
-flags.DEFINE_string('file_pattern', None, 'input: TFRecords to read.')
-flags.DEFINE_integer('batch_size', 4, 'input: batch size.', lower_bound=1)
-flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1)
-flags.DEFINE_bool('is_training', True, 'input: the training pipeline (augmentation, '
-                  'targets) rather than the eval one.')
-flags.DEFINE_string('output', None, 'suite: markdown file to write.')
-flags.DEFINE_bool('onednn', True, 'Run TensorFlow with its oneDNN CPU kernels '
-                  '(TF_ENABLE_ONEDNN_OPTS=1; TF 2.15 turns them on by itself only on CPUs with '
-                  'AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
-flags.DEFINE_bool('quick', False, 'suite: few steps (checks the suite runs, not for numbers).')
+
+def define_flags():
+    """Defined only when run as a program: bench_suite and the tests import this module."""
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x.')
+    flags.DEFINE_string('hparams', '', 'Overrides, e.g. image_size=640 (infer/input/train).')
+    flags.DEFINE_string('batch_sizes', None, 'train/infer: comma-separated batch sizes '
+                        '(train: global batch). Default train 2,4; infer 1,2,4,8.')
+    flags.DEFINE_integer('steps', 20, 'Measured steps per batch size.', lower_bound=1)
+    flags.DEFINE_integer('warmup', 5, 'Steps run before measuring.', lower_bound=0)
+    flags.DEFINE_bool('use_fake_data', True, 'train: synthetic tensors instead of TFRecords.')
+    flags.DEFINE_string('training_file_pattern', None, 'train without fake data: TFRecords.')
+    flags.DEFINE_integer('num_ranks', 1, 'train: ranks on this box (Horovod, mpirun).',
+                         lower_bound=1)
+    flags.DEFINE_string('model_dir', None, 'infer: trained run directory (EMA weights).')
+    flags.DEFINE_string('checkpoint', None, 'infer: checkpoint (default: latest in model_dir).')
+    flags.DEFINE_bool('random_weights', False, 'infer: randomly initialised weights.')
+    flags.DEFINE_string('source', 'random',
+                        'infer: random | image:PATH | repeat:PATH | dir:PATH.')
+    flags.DEFINE_string('postprocess', 'graph', 'infer: comma list of graph, host, none.')
+    flags.DEFINE_string('file_pattern', None, 'input: TFRecords to read.')
+    flags.DEFINE_integer('batch_size', 4, 'input: batch size.', lower_bound=1)
+    flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1)
+    flags.DEFINE_bool('is_training', True, 'input: the training pipeline (augmentation, '
+                      'targets) rather than the eval one.')
+    flags.DEFINE_string('output', None, 'suite: markdown file to write.')
+    flags.DEFINE_bool('onednn', True, 'Run TensorFlow with its oneDNN CPU kernels '
+                      '(TF_ENABLE_ONEDNN_OPTS=1; TF 2.15 turns them on by itself only on CPUs '
+                      'with AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
+    flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
+                      'numbers).')
 
 
 class BenchError(ValueError):
@@ -244,6 +249,9 @@ def main(argv):
     # Read by TensorFlow when it initialises: set before anything imports it.
     os.environ['TF_ENABLE_ONEDNN_OPTS'] = onednn_setting()
     user_errors = [BenchError, hparams_config.ConfigError, FileNotFoundError]
+    if argv[1] == 'suite':
+        import bench_suite  # pylint: disable=import-outside-toplevel
+        user_errors.append(bench_suite.SuiteError)
     if argv[1] == 'infer':
         import bench_infer  # pylint: disable=import-outside-toplevel
         import inference  # pylint: disable=import-outside-toplevel
@@ -257,4 +265,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+    define_flags()
     app.run(main)

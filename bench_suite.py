@@ -22,6 +22,12 @@ REFERENCE = {
     'train': {2: (1.56, 3700.0), 4: (1.30, 5000.0)},  # images/s, peak host MB
     'infer_batch1_images_per_sec': 7.5,  # end to end incl. NMS (0.13 s per image)
 }
+
+
+class SuiteError(RuntimeError):
+    """One of the suite's benchmark runs failed; the message names its command."""
+
+
 FULL = dict(train_steps=10, train_warmup=3, infer_steps=30, infer_warmup=5, input_images=300,
             input_batches=60)
 QUICK = dict(train_steps=2, train_warmup=1, infer_steps=3, infer_warmup=1, input_images=12,
@@ -38,7 +44,7 @@ def _run_bench(args):
     print(result.stdout[-4000:], flush=True)
     parsed = bench.parse_result_lines(result.stdout)
     if result.returncode != 0 or not parsed:
-        raise bench.BenchError('`%s` failed (exit %d)' % (' '.join(command), result.returncode))
+        raise SuiteError('`%s` failed (exit %d)' % (' '.join(command), result.returncode))
     return 'python bench.py ' + ' '.join(args), parsed[-1]
 
 
@@ -81,14 +87,20 @@ def _md_table(header, rows):
     return '\n'.join(lines)
 
 
-def _train_section(result):
+def _onednn(row):
+    return 'on' if row.get('onednn', True) else 'off'
+
+
+def _train_section(results):
     rows = []
-    for row in result['rows']:
-        reference = REFERENCE['train'].get(row['global_batch'], (None, None))
-        rows.append([row['global_batch'], '%.2f' % row['images_per_sec_global'],
-                     '%.0f' % row['step_time_ms'], '%.2f' % (row['peak_host_memory_mb'] / 1024),
-                     reference[0] or '-', '%.1f' % (reference[1] / 1024) if reference[1] else '-'])
-    return _md_table(['global batch', 'images/s', 'ms/step', 'peak host GB',
+    for result in results:
+        for row in result['rows']:
+            reference = REFERENCE['train'].get(row['global_batch'], (None, None))
+            rows.append([row['global_batch'], _onednn(row),
+                         '%.2f' % row['images_per_sec_global'], '%.0f' % row['step_time_ms'],
+                         '%.2f' % (row['peak_host_memory_mb'] / 1024), reference[0] or '-',
+                         '%.1f' % (reference[1] / 1024) if reference[1] else '-'])
+    return _md_table(['global batch', 'oneDNN', 'images/s', 'ms/step', 'peak host GB',
                       'automl images/s', 'automl peak GB'], rows)
 
 
@@ -96,12 +108,12 @@ def _infer_section(results):
     rows = []
     for result in results:
         for row in result['rows']:
-            rows.append([row['batch_size'], row['postprocess'], '%.2f' % row['images_per_sec'],
-                         '%.1f' % row['latency_avg_ms'], '%.1f' % row['latency_p50_ms'],
-                         '%.1f' % row['latency_p90_ms'], '%.1f' % row['latency_p95_ms'],
-                         '%.1f' % row['latency_p99_ms']])
-    return _md_table(['batch', 'post-processing', 'images/s', 'latency avg ms', 'p50 ms',
-                      'p90 ms', 'p95 ms', 'p99 ms'], rows)
+            rows.append([row['batch_size'], row['postprocess'], _onednn(row),
+                         '%.2f' % row['images_per_sec'], '%.1f' % row['latency_avg_ms'],
+                         '%.1f' % row['latency_p50_ms'], '%.1f' % row['latency_p90_ms'],
+                         '%.1f' % row['latency_p95_ms'], '%.1f' % row['latency_p99_ms']])
+    return _md_table(['batch', 'post-processing', 'oneDNN', 'images/s', 'latency avg ms',
+                      'p50 ms', 'p90 ms', 'p95 ms', 'p99 ms'], rows)
 
 
 def _input_section(result):
@@ -112,14 +124,17 @@ def _input_section(result):
 
 
 def _measure(settings, records_dir):
-    steps = lambda kind: ['--steps=%d' % settings[kind + '_steps'],  # noqa: E731
-                          '--warmup=%d' % settings[kind + '_warmup']]
-    runs = {'train': _run_bench(['train', '--batch_sizes=2,4', '--use_fake_data']
-                                + steps('train'))}
-    infer_common = ['--random_weights', '--source=random'] + steps('infer')
+    def steps(kind):
+        return ['--steps=%d' % settings[kind + '_steps'],
+                '--warmup=%d' % settings[kind + '_warmup']]
+    train = ['train', '--use_fake_data'] + steps('train')
+    runs = {'train': [_run_bench(train + ['--batch_sizes=2,4']),
+                      _run_bench(train + ['--batch_sizes=2', '--noonednn'])]}
+    infer = ['infer', '--random_weights', '--source=random'] + steps('infer')
     runs['infer'] = [
-        _run_bench(['infer', '--batch_sizes=1', '--postprocess=graph,host,none'] + infer_common),
-        _run_bench(['infer', '--batch_sizes=2,4,8', '--postprocess=graph'] + infer_common)]
+        _run_bench(infer + ['--batch_sizes=1', '--postprocess=graph,host,none']),
+        _run_bench(infer + ['--batch_sizes=2,4,8', '--postprocess=graph']),
+        _run_bench(infer + ['--batch_sizes=1', '--postprocess=graph', '--noonednn'])]
     pattern = _make_records(records_dir, settings['input_images'])
     runs['input'] = _run_bench(['input', '--file_pattern=%s' % pattern, '--batch_size=4',
                                 '--num_batches=%d' % settings['input_batches'],
@@ -127,38 +142,52 @@ def _measure(settings, records_dir):
     return runs
 
 
-def render(runs, info, settings):
-    """The markdown report."""
-    train_cmd, train = runs['train']
-    input_cmd, input_result = runs['input']
-    batch1 = [r for r in runs['infer'][0][1]['rows'] if r['postprocess'] == 'graph'][0]
-    commands = [train_cmd] + [c for c, _ in runs['infer']] + [input_cmd]
-    return '\n'.join([
+def _header(info, settings):
+    return [
         '# Benchmarks: %s' % info['host'], '',
-        'Measured %s by `make bench` (`bench.py suite`). EfficientDet-D0, 512x512, float32.'
-        % datetime.datetime.now().strftime('%Y-%m-%d %H:%M'), '',
+        'Measured %s by `make bench` (`bench.py suite`%s). EfficientDet-D0, 512x512, float32.'
+        % (datetime.datetime.now().strftime('%Y-%m-%d %H:%M'),
+           ' --quick: too few steps for real numbers' if settings is QUICK else ''), '',
         '- Machine: %s, %s logical cores, %s GB RAM, %s' % (
             info['cpu'], info['cores'], info['memory_gb'], info['os']),
         '- Versions: Python %s, TensorFlow %s, NumPy %s' % (
-            info['python'], info['tensorflow'], info['numpy']), '',
-        '## Training (fake data, steps after %d warm-up steps)' % settings['train_warmup'], '',
-        _train_section(train), '',
-        '## Inference (random weights, random 512x512 uint8 input)', '',
-        'Time of `session.run` (in-graph resize, normalise, network%s) per batch; `host` adds '
-        'NumPy decode + NMS, `none` stops at the raw network outputs.'
-        % ', decode + NMS for `graph`', '',
+            info['python'], info['tensorflow'], info['numpy']),
+        '- Load average (1 min) before / after: %.2f / %.2f (other work on the machine slows '
+        'every number below)' % (info['load_before'], os.getloadavg()[0]),
+        '- oneDNN: `TF_ENABLE_ONEDNN_OPTS=1` unless the row says off (bench.py --noonednn); '
+        'TensorFlow 2.15 leaves oneDNN off by default on CPUs without AVX512-VNNI/BF16/AMX.', '']
+
+
+def render(runs, info, settings):
+    """The markdown report."""
+    input_cmd, input_result = runs['input']
+    batch1 = [r for r in runs['infer'][0][1]['rows'] if r['postprocess'] == 'graph'][0]
+    commands = [c for c, _ in runs['train']] + [c for c, _ in runs['infer']] + [input_cmd]
+    return '\n'.join(_header(info, settings) + [
+        '## Training (fake data, mean over %d steps after %d warm-up steps)'
+        % (settings['train_steps'], settings['train_warmup']), '',
+        _train_section([r for _, r in runs['train']]), '',
+        'Peak host memory is the training process\'s maximum resident set size.', '',
+        '## Inference (random weights, random 512x512 uint8 input, %d timed batches)'
+        % settings['infer_steps'], '',
+        'Wall time of `session.run` per batch: in-graph resize + normalise, network and, for '
+        '`graph`, decode + per-class NMS; `host` fetches the raw outputs and runs decode + NMS '
+        'in NumPy; `none` stops at the raw outputs. Images/s = batch / mean latency.', '',
         _infer_section([r for _, r in runs['infer']]), '',
         'Batch 1 end to end incl. NMS: %.2f images/s (%.0f ms); google/automl on this machine: '
         '%.1f images/s (130 ms).' % (batch1['images_per_sec'], batch1['latency_avg_ms'],
                                      REFERENCE['infer_batch1_images_per_sec']), '',
         '## Input pipeline (training preprocessing, 512 px, batch 4, %d generated JPEGs)'
         % settings['input_images'], '', _input_section(input_result), '',
-        '## Commands', '', '```'] + commands + ['```', ''])
+        '## Commands', '',
+        'Run from the repository root with `.venv/bin/python`; the input records were '
+        'generated into a temporary directory (dataset.synthetic_coco, then '
+        'dataset.create_coco_tfrecord with 4 shards).', '', '```'] + commands + ['```', ''])
 
 
 def run_suite(output, quick=False):
     settings = QUICK if quick else FULL
-    info = machine_info()
+    info = dict(machine_info(), load_before=os.getloadavg()[0])
     with tempfile.TemporaryDirectory(prefix='bench-suite-') as records_dir:
         runs = _measure(settings, records_dir)
     text = render(runs, info, settings)

@@ -144,6 +144,11 @@ def _check_value(key, default, value):
             return value
         raise ConfigError('%s must be true or false, got %r' % (key, value))
     if isinstance(default, float):
+        if isinstance(value, str):  # YAML 1.1 reads '1e-3' (no dot) as a string.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         raise ConfigError('%s must be a number, got %r' % (key, value))
@@ -344,9 +349,9 @@ def validate(config):
                           'dimensions; try %dx%d' % (config.image_size, stride,
                                                      -(-width // stride) * stride,
                                                      -(-height // stride) * stride))
-    if not 1 <= config.min_level <= config.max_level or config.min_level > 5:
-        raise ConfigError('need 1 <= min_level <= 5 and min_level <= max_level, got %d..%d'
-                          % (config.min_level, config.max_level))
+    if not 1 <= config.min_level < config.max_level or config.min_level > 5:
+        raise ConfigError('need 1 <= min_level <= 5 and min_level < max_level (the BiFPN fuses '
+                          'at least two levels), got %d..%d' % (config.min_level, config.max_level))
     if config.num_classes < 1:
         raise ConfigError('num_classes must be >= 1, got %d' % config.num_classes)
     if not 0 <= config.jitter_min <= config.jitter_max:

@@ -32,6 +32,8 @@ def test_string_overrides_with_nesting_lists_and_types():
     assert config.image_size == '640x384'
     assert hparams_config.parse_image_size(config.image_size) == (384, 640)
     assert isinstance(config.learning_rate, float) and config.learning_rate == 1.0
+    config.override('learning_rate=1e-3,weight_decay=4E-5')  # YAML 1.1 reads these as strings.
+    assert (config.learning_rate, config.weight_decay) == (1e-3, 4e-5)
     config.override('aspect_ratios=1.0*0.5')  # automl's list syntax.
     assert config.aspect_ratios == [1.0, 0.5]
 

@@ -19,235 +19,235 @@ LAUNCHER_VARS = ('OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'PMI_SIZE', 'PM
 
 
 def _clean_env():
-  env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-  env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
-  env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  return env
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+    env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    return env
 
 
 @pytest.fixture(autouse=True)
 def fresh_runtime(monkeypatch):
-  """Each test starts as a new single process: no launcher vars, no cached choices."""
-  saved_env = dict(os.environ)
-  for name in LAUNCHER_VARS:
-    monkeypatch.delenv(name, raising=False)
-  monkeypatch.setattr(runtime, '_hvd', None)
-  monkeypatch.setattr(runtime, '_init_done', False)
-  monkeypatch.setattr(runtime, '_devices', {})
-  monkeypatch.setattr(runtime, '_hpu_probe', None)
-  yield
-  os.environ.clear()
-  os.environ.update(saved_env)
+    """Each test starts as a new single process: no launcher vars, no cached choices."""
+    saved_env = dict(os.environ)
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(runtime, '_hvd', None)
+    monkeypatch.setattr(runtime, '_init_done', False)
+    monkeypatch.setattr(runtime, '_devices', {})
+    monkeypatch.setattr(runtime, '_hpu_probe', None)
+    yield
+    os.environ.clear()
+    os.environ.update(saved_env)
 
 
 def _fake_habana(monkeypatch, load):
-  """Installs a stand-in habana_frameworks.tensorflow whose load_habana_module is `load`."""
-  package = types.ModuleType('habana_frameworks')
-  module = types.ModuleType('habana_frameworks.tensorflow')
-  module.load_habana_module = load
-  package.tensorflow = module
-  monkeypatch.setitem(sys.modules, 'habana_frameworks', package)
-  monkeypatch.setitem(sys.modules, 'habana_frameworks.tensorflow', module)
+    """Installs a stand-in habana_frameworks.tensorflow whose load_habana_module is `load`."""
+    package = types.ModuleType('habana_frameworks')
+    module = types.ModuleType('habana_frameworks.tensorflow')
+    module.load_habana_module = load
+    package.tensorflow = module
+    monkeypatch.setitem(sys.modules, 'habana_frameworks', package)
+    monkeypatch.setitem(sys.modules, 'habana_frameworks.tensorflow', module)
 
 
 # ----------------------------------------------------------------------------- one process
 
 def test_single_process_identity():
-  runtime.init()
-  assert (runtime.rank(), runtime.size()) == (0, 1)
-  assert (runtime.local_rank(), runtime.local_size()) == (0, 1)
-  assert runtime.is_main() and not runtime.is_distributed()
-  assert runtime.shard_for_worker() == (0, 1)
-  assert runtime.rank_log_prefix() == ''
+    runtime.init()
+    assert (runtime.rank(), runtime.size()) == (0, 1)
+    assert (runtime.local_rank(), runtime.local_size()) == (0, 1)
+    assert runtime.is_main() and not runtime.is_distributed()
+    assert runtime.shard_for_worker() == (0, 1)
+    assert runtime.rank_log_prefix() == ''
 
 
 def test_init_without_launcher_does_not_start_horovod():
-  code = ('import sys, runtime; runtime.init(); runtime.init(use_horovod=None); '
-          'assert not runtime.is_distributed(); assert runtime._hvd is None; '
-          "assert 'horovod.tensorflow' not in sys.modules; print('ok')")
-  out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
-                       capture_output=True, text=True, timeout=120, check=False)
-  assert out.returncode == 0, out.stderr
-  assert out.stdout.strip().endswith('ok')
+    code = ('import sys, runtime; runtime.init(); runtime.init(use_horovod=None); '
+            'assert not runtime.is_distributed(); assert runtime._hvd is None; '
+            "assert 'horovod.tensorflow' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith('ok')
 
 
 def test_init_with_horovod_missing_names_the_install_step(monkeypatch):
-  monkeypatch.setitem(sys.modules, 'horovod', None)  # makes `import horovod.x` fail
-  monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
-  with pytest.raises(ImportError, match=r'tools/setup_env\.sh.*requirements-hpu\.txt'):
-    runtime.init(use_horovod=True)
+    monkeypatch.setitem(sys.modules, 'horovod', None)  # makes `import horovod.x` fail
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    with pytest.raises(ImportError, match=r'tools/setup_env\.sh.*requirements-hpu\.txt'):
+        runtime.init(use_horovod=True)
 
 
 def test_launcher_world_size_reads_each_launcher(monkeypatch):
-  assert runtime._launcher_world_size() == 1
-  monkeypatch.setenv('PMIX_RANK', '0')
-  monkeypatch.setenv('SLURM_NTASKS', '3')
-  assert runtime._launcher_world_size() == 3
-  monkeypatch.setenv('PMI_SIZE', '2')
-  assert runtime._launcher_world_size() == 2
-  monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '4')
-  assert runtime._launcher_world_size() == 4
+    assert runtime._launcher_world_size() == 1
+    monkeypatch.setenv('PMIX_RANK', '0')
+    monkeypatch.setenv('SLURM_NTASKS', '3')
+    assert runtime._launcher_world_size() == 3
+    monkeypatch.setenv('PMI_SIZE', '2')
+    assert runtime._launcher_world_size() == 2
+    monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '4')
+    assert runtime._launcher_world_size() == 4
 
 
 def test_select_device_is_cpu_here():
-  assert runtime.select_device() == 'CPU'
-  assert runtime.select_device() == 'CPU'  # cached
-  assert runtime.select_device(no_hpu=True) == 'CPU'
-  assert runtime.select_device(require='cpu') == 'CPU'
+    assert runtime.select_device() == 'CPU'
+    assert runtime.select_device() == 'CPU'  # cached
+    assert runtime.select_device(no_hpu=True) == 'CPU'
+    assert runtime.select_device(require='cpu') == 'CPU'
 
 
 def test_require_hpu_without_habana_says_how_to_fix():
-  with pytest.raises(runtime.DeviceError) as info:
-    runtime.select_device(require='HPU')
-  message = str(info.value)
-  assert message.startswith('--device=HPU was requested but habana_frameworks.tensorflow '
-                            'is not installed')
-  assert 'pip install -r requirements-hpu.txt on a Gaudi host' in message
-  assert message.endswith('or drop the flag to run on CPU')
+    with pytest.raises(runtime.DeviceError) as info:
+        runtime.select_device(require='HPU')
+    message = str(info.value)
+    assert message.startswith('--device=HPU was requested but habana_frameworks.tensorflow '
+                              'is not installed')
+    assert 'pip install -r requirements-hpu.txt on a Gaudi host' in message
+    assert message.endswith('or drop the flag to run on CPU')
 
 
 def test_require_gpu_without_gpu_and_bad_names():
-  with pytest.raises(runtime.DeviceError, match=r'--device=GPU was requested but'):
-    runtime.select_device(require='gpu')
-  with pytest.raises(ValueError, match=r'HPU, GPU, CPU'):
-    runtime.select_device(require='TPU')
-  with pytest.raises(runtime.DeviceError, match=r'contradicts --no_hpu'):
-    runtime.select_device(no_hpu=True, require='hpu')
+    with pytest.raises(runtime.DeviceError, match=r'--device=GPU was requested but'):
+        runtime.select_device(require='gpu')
+    with pytest.raises(ValueError, match=r'HPU, GPU, CPU'):
+        runtime.select_device(require='TPU')
+    with pytest.raises(runtime.DeviceError, match=r'contradicts --no_hpu'):
+        runtime.select_device(no_hpu=True, require='hpu')
 
 
 def test_hpu_chosen_when_habana_loads_and_env_defaults_applied(monkeypatch):
-  calls = []
-  _fake_habana(monkeypatch, lambda: calls.append('load'))
-  monkeypatch.setenv('HOROVOD_CYCLE_TIME', '2.0')  # the user's value wins (setdefault)
-  monkeypatch.delenv('LOG_LEVEL_ALL', raising=False)
-  assert runtime.select_device() == 'HPU'
-  assert runtime.select_device(require='hpu') == 'HPU'
-  assert calls == ['load']  # loaded once
-  assert os.environ['HOROVOD_CYCLE_TIME'] == '2.0'
-  assert os.environ['LOG_LEVEL_ALL'] == runtime.habana_env_defaults()['LOG_LEVEL_ALL']
+    calls = []
+    _fake_habana(monkeypatch, lambda: calls.append('load'))
+    monkeypatch.setenv('HOROVOD_CYCLE_TIME', '2.0')  # the user's value wins (setdefault)
+    monkeypatch.delenv('LOG_LEVEL_ALL', raising=False)
+    assert runtime.select_device() == 'HPU'
+    assert runtime.select_device(require='hpu') == 'HPU'
+    assert calls == ['load']  # loaded once
+    assert os.environ['HOROVOD_CYCLE_TIME'] == '2.0'
+    assert os.environ['LOG_LEVEL_ALL'] == runtime.habana_env_defaults()['LOG_LEVEL_ALL']
 
 
 def test_no_hpu_never_loads_habana(monkeypatch):
-  calls = []
-  _fake_habana(monkeypatch, lambda: calls.append('load'))
-  assert runtime.select_device(no_hpu=True) == 'CPU'
-  assert calls == []
+    calls = []
+    _fake_habana(monkeypatch, lambda: calls.append('load'))
+    assert runtime.select_device(no_hpu=True) == 'CPU'
+    assert calls == []
 
 
 def test_failed_habana_load_falls_back_and_leaves_env_alone(monkeypatch):
-  def fail():
-    raise RuntimeError('no Gaudi device found')
-  _fake_habana(monkeypatch, fail)
-  for name in runtime.habana_env_defaults():
-    monkeypatch.delenv(name, raising=False)
-  assert runtime.select_device() == 'CPU'
-  assert not set(runtime.habana_env_defaults()) & set(os.environ)
-  with pytest.raises(runtime.DeviceError, match=r'load_habana_module\(\) failed: RuntimeError'):
-    runtime.select_device(require='HPU')
+    def fail():
+        raise RuntimeError('no Gaudi device found')
+    _fake_habana(monkeypatch, fail)
+    for name in runtime.habana_env_defaults():
+        monkeypatch.delenv(name, raising=False)
+    assert runtime.select_device() == 'CPU'
+    assert not set(runtime.habana_env_defaults()) & set(os.environ)
+    with pytest.raises(runtime.DeviceError, match=r'load_habana_module\(\) failed: RuntimeError'):
+        runtime.select_device(require='HPU')
 
 
 def test_mixed_precision_dtype():
-  assert runtime.mixed_precision_dtype('CPU') == 'bfloat16'
-  assert runtime.mixed_precision_dtype('HPU') == 'bfloat16'
-  assert runtime.mixed_precision_dtype('GPU') == 'float16'
-  assert runtime.mixed_precision_dtype('gpu') == 'float16'
-  with pytest.raises(ValueError, match='TPU'):
-    runtime.mixed_precision_dtype('TPU')
+    assert runtime.mixed_precision_dtype('CPU') == 'bfloat16'
+    assert runtime.mixed_precision_dtype('HPU') == 'bfloat16'
+    assert runtime.mixed_precision_dtype('GPU') == 'float16'
+    assert runtime.mixed_precision_dtype('gpu') == 'float16'
+    with pytest.raises(ValueError, match='TPU'):
+        runtime.mixed_precision_dtype('TPU')
 
 
 def test_helpers_are_passthroughs_in_one_process():
-  runtime.init()
-  with tf.Graph().as_default():
-    optimizer = tf.train.GradientDescentOptimizer(0.1)
-    tensor = tf.constant([[1.0, 2.0]])
-    assert runtime.distributed_optimizer(optimizer) is optimizer
-    assert runtime.broadcast_hook() == []
-    assert runtime.allreduce_mean(tensor) is tensor
-    assert runtime.allgather(tensor) is tensor
-  array = np.arange(3)
-  gathered = runtime.allgather_numpy(array)
-  assert len(gathered) == 1 and gathered[0] is array
-  payload = {'a': 1}
-  assert runtime.broadcast_object(payload) is payload
-  assert runtime.barrier() is None
+    runtime.init()
+    with tf.Graph().as_default():
+        optimizer = tf.train.GradientDescentOptimizer(0.1)
+        tensor = tf.constant([[1.0, 2.0]])
+        assert runtime.distributed_optimizer(optimizer) is optimizer
+        assert runtime.broadcast_hook() == []
+        assert runtime.allreduce_mean(tensor) is tensor
+        assert runtime.allgather(tensor) is tensor
+    array = np.arange(3)
+    gathered = runtime.allgather_numpy(array)
+    assert len(gathered) == 1 and gathered[0] is array
+    payload = {'a': 1}
+    assert runtime.broadcast_object(payload) is payload
+    assert runtime.barrier() is None
 
 
 def test_main_rank_writes_log_file(tmp_path):
-  # absl sends everything to stderr until flags are parsed, as absl.app.run() does in main.py.
-  code = ('import runtime; from absl import flags, logging; flags.FLAGS(["main"]); '
-          'logging.set_verbosity(logging.INFO); runtime.configure_logging(log_dir=%r); '
-          'logging.info("probe-line")' % str(tmp_path))
-  out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
-                       capture_output=True, text=True, timeout=120, check=False)
-  assert out.returncode == 0, out.stderr
-  texts = [p.read_text() for p in tmp_path.iterdir() if p.is_file()]
-  assert any('probe-line' in text for text in texts), texts
+    # absl sends everything to stderr until flags are parsed, as absl.app.run() does in main.py.
+    code = ('import runtime; from absl import flags, logging; flags.FLAGS(["main"]); '
+            'logging.set_verbosity(logging.INFO); runtime.configure_logging(log_dir=%r); '
+            'logging.info("probe-line")' % str(tmp_path))
+    out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    texts = [p.read_text() for p in tmp_path.iterdir() if p.is_file()]
+    assert any('probe-line' in text for text in texts), texts
 
 
 # ----------------------------------------------------------------------------- two workers
 
 @pytest.fixture(scope='module')
 def two_ranks(tmp_path_factory):
-  """Runs the probe on 2 workers; returns ({rank: result}, combined output)."""
-  out_dir = tmp_path_factory.mktemp('probe')
-  cmd = ['mpirun', '--allow-run-as-root', '-np', '2', sys.executable, PROBE, str(out_dir)]
-  proc = subprocess.run(cmd, env=_clean_env(), cwd=REPO, capture_output=True, text=True,
-                        timeout=120, check=False)
-  output = proc.stdout + proc.stderr
-  assert proc.returncode == 0, output[-6000:]
-  results = {}
-  for rank in (0, 1):
-    with open(out_dir / ('rank%d.json' % rank)) as f:
-      results[rank] = json.load(f)
-  return results, output
+    """Runs the probe on 2 workers; returns ({rank: result}, combined output)."""
+    out_dir = tmp_path_factory.mktemp('probe')
+    cmd = ['mpirun', '--allow-run-as-root', '-np', '2', sys.executable, PROBE, str(out_dir)]
+    proc = subprocess.run(cmd, env=_clean_env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    results = {}
+    for rank in (0, 1):
+        with open(out_dir / ('rank%d.json' % rank)) as f:
+            results[rank] = json.load(f)
+    return results, output
 
 
 def test_two_ranks_identity(two_ranks):
-  results, _ = two_ranks
-  for rank, result in results.items():
-    assert result['rank'] == rank and result['size'] == 2
-    assert result['is_main'] == (rank == 0) and result['is_distributed']
-    assert (result['local_rank'], result['local_size']) == (rank, 2)
-    assert result['shard'] == [rank, 2]
-    assert result['device'] == 'CPU'
-  assert results[0]['prefix'] == '' and results[1]['prefix'] == '[rank 1/2] '
+    results, _ = two_ranks
+    for rank, result in results.items():
+        assert result['rank'] == rank and result['size'] == 2
+        assert result['is_main'] == (rank == 0) and result['is_distributed']
+        assert (result['local_rank'], result['local_size']) == (rank, 2)
+        assert result['shard'] == [rank, 2]
+        assert result['device'] == 'CPU'
+    assert results[0]['prefix'] == '' and results[1]['prefix'] == '[rank 1/2] '
 
 
 def test_broadcast_hook_copies_rank0_variables(two_ranks):
-  results, _ = two_ranks
-  for result in results.values():
-    assert result['marker_after_broadcast'] == 10.0       # rank 0's 10 + 0, not 10 + 1
-    assert result['weights_after_broadcast'] == [1.0, 2.0]
+    results, _ = two_ranks
+    for result in results.values():
+        assert result['marker_after_broadcast'] == 10.0       # rank 0's 10 + 0, not 10 + 1
+        assert result['weights_after_broadcast'] == [1.0, 2.0]
 
 
 def test_allreduce_mean_and_ragged_allgather(two_ranks):
-  results, _ = two_ranks
-  for result in results.values():
-    np.testing.assert_allclose(result['allreduce_mean'], 0.5, rtol=1e-5)
-    assert result['allreduce_mean_bf16'] == 0.5
-    assert result['allgather'] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+    results, _ = two_ranks
+    for result in results.values():
+        np.testing.assert_allclose(result['allreduce_mean'], 0.5, rtol=1e-5)
+        assert result['allreduce_mean_bf16'] == 0.5
+        assert result['allgather'] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
 
 
 def test_distributed_optimizer_averages_gradients(two_ranks):
-  results, _ = two_ranks
-  # rank r's gradient is (r + 1) * [1, 3]: mean [1.5, 4.5]; w = [1, 2] - 0.1 * mean.
-  expected = [1.0 - 0.1 * 1.5, 2.0 - 0.1 * 4.5]
-  assert results[0]['weights_after_step'] == results[1]['weights_after_step']
-  np.testing.assert_allclose(results[0]['weights_after_step'], expected, rtol=1e-5)
+    results, _ = two_ranks
+    # rank r's gradient is (r + 1) * [1, 3]: mean [1.5, 4.5]; w = [1, 2] - 0.1 * mean.
+    expected = [1.0 - 0.1 * 1.5, 2.0 - 0.1 * 4.5]
+    assert results[0]['weights_after_step'] == results[1]['weights_after_step']
+    np.testing.assert_allclose(results[0]['weights_after_step'], expected, rtol=1e-5)
 
 
 def test_python_object_collectives(two_ranks):
-  results, _ = two_ranks
-  for result in results.values():
-    assert result['allgather_numpy'] == [[0, 1], [0, 2, 4]]
-    assert result['allgather_numpy_dtypes'] == ['int64', 'int64']
-    assert result['broadcast_root0'] == {'sender': 0, 'tag': 'r0'}
-    assert result['broadcast_root1'] == ['sender', 1]
+    results, _ = two_ranks
+    for result in results.values():
+        assert result['allgather_numpy'] == [[0, 1], [0, 2, 4]]
+        assert result['allgather_numpy_dtypes'] == ['int64', 'int64']
+        assert result['broadcast_root0'] == {'sender': 0, 'tag': 'r0'}
+        assert result['broadcast_root1'] == ['sender', 1]
 
 
 def test_non_main_log_lines_are_rank_tagged(two_ranks):
-  _, output = two_ranks
-  assert '[rank 1/2] device: CPU' in output
-  assert output.count('[rank 1/2] probe: tf.compat.v1.logging line') == 1  # not duplicated
-  assert '[rank 1/2] probe: absl line' in output
-  assert '[rank 0/2]' not in output
+    _, output = two_ranks
+    assert '[rank 1/2] device: CPU' in output
+    assert output.count('[rank 1/2] probe: tf.compat.v1.logging line') == 1  # not duplicated
+    assert '[rank 1/2] probe: absl line' in output
+    assert '[rank 0/2]' not in output

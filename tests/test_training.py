@@ -58,11 +58,13 @@ def test_resume_continues_the_step_counter(trained, tiny_dataset, tmp_path):
         if os.path.isfile(path):
             with open(path, 'rb') as src, open(os.path.join(resumed, name), 'wb') as dst:
                 dst.write(src.read())
+    copied = len(_records(resumed, 'train'))
     result = run_main(tiny_flags(tiny_dataset, resumed, '--mode=train', '--num_epochs=2'))
     assert result.returncode == 0, result.stdout[-5000:]
     assert tf.train.latest_checkpoint(resumed).endswith('-4')
-    steps = [r['step'] for r in _records(resumed, 'train')]
-    assert steps[-1] == 4 and 3 in steps and steps.index(3) > steps.index(2)
+    assert 'Restoring parameters from %s/model.ckpt-2' % resumed in result.stdout
+    new_steps = [r['step'] for r in _records(resumed, 'train')][copied:]
+    assert new_steps and min(new_steps) > 2 and new_steps[-1] == 4, new_steps
 
 
 def test_warm_start_with_another_class_count(trained, tiny_dataset, tmp_path):
@@ -123,3 +125,35 @@ def test_user_errors_are_clear(tiny_dataset, tmp_path, extra, message):
     assert result.returncode == 2, result.stdout[-3000:]
     assert message in result.stdout
     assert 'Traceback' not in result.stdout
+
+
+def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(tiny_dataset, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from conftest import REPO
+    model_dir = str(tmp_path / 'killed')
+    flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1000',
+                       '--cp_every_n_steps=1')
+    process = subprocess.Popen([sys.executable, 'main.py'] + flags, cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and not os.path.exists(
+                os.path.join(model_dir, 'model.ckpt-3.index')):
+            time.sleep(0.5)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    latest = tf.train.latest_checkpoint(model_dir)
+    assert latest is not None
+    killed_at = int(latest.rsplit('-', 1)[1])
+    assert killed_at >= 3
+    # Same command, shorter schedule: finishes right after the step it resumed from.
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train',
+                                 '--num_epochs=%d' % (killed_at // 2 + 1), '--cp_every_n_steps=1'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert 'Restoring parameters from %s' % latest in result.stdout
+    final = int(tf.train.latest_checkpoint(model_dir).rsplit('-', 1)[1])
+    assert final == 2 * (killed_at // 2 + 1)

@@ -137,12 +137,14 @@ def _child_env():
 
 
 def parse_result_lines(output):
-    """The JSON objects of every `BENCHMARK {json}` line in a process's output."""
-    results = []
+    """The JSON objects of every `BENCHMARK {json}` line in a process's output. Text around
+    the object (mpirun --tag-output's '[1,0]<stdout>:' tags) is ignored."""
+    decoder, results = json.JSONDecoder(), []
     for line in output.splitlines():
         position = line.find(RESULT_PREFIX + '{')
         if position >= 0:
-            results.append(json.loads(line[position + len(RESULT_PREFIX):]))
+            result, _ = decoder.raw_decode(line, position + len(RESULT_PREFIX))
+            results.append(result)
     return results
 
 

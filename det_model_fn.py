@@ -29,13 +29,11 @@ tf1 = tf.compat.v1
 PREDICT_PASSTHROUGH = ('source_ids', 'image_scales', 'image_sizes', 'groundtruth_data')
 # Scalars the training log reads, in this order, from the graph collection of that name.
 TRAIN_LOG_COLLECTION = 'train_log_scalars'
+# [finite (bool), total loss]: read by train_hooks.FiniteGuardHook.
+FINITE_GUARD_COLLECTION = 'finite_guard'
 TRAIN_LOG_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss', 'learning_rate',
                   'grad_norm')
 _L2_VARIABLE_RE = re.compile(r'.*(kernel|weights):0$')
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss or the gradients stopped being finite; weights were left untouched."""
 
 
 def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps, total_steps,
@@ -219,29 +217,10 @@ def model_fn(features, labels, mode, params):
                   grad_norm=grad_norm)
     for name, value in logged.items():
         tf1.summary.scalar('train/' + name, value)
+    tf1.add_to_collection(FINITE_GUARD_COLLECTION, finite)
+    tf1.add_to_collection(FINITE_GUARD_COLLECTION, total_loss)
     for name in TRAIN_LOG_KEYS:
         tf1.add_to_collection(TRAIN_LOG_COLLECTION, tf.cast(logged[name], tf.float32))
     return tf1.estimator.EstimatorSpec(
         mode, loss=total_loss, train_op=train_op,
-        training_hooks=[FiniteGuardHook(finite, total_loss)] + runtime.broadcast_hook())
-
-
-class FiniteGuardHook(tf1.train.SessionRunHook):
-    """Stops training with NonFiniteLossError at the first step whose loss or gradients are
-    not finite. That step's update was skipped in the graph, so the weights (and any
-    checkpoint written later) are the last good ones."""
-
-    def __init__(self, finite, loss):
-        self._finite, self._loss = finite, loss
-
-    def before_run(self, run_context):
-        return tf1.train.SessionRunArgs(
-            [self._finite, self._loss, tf1.train.get_global_step()])
-
-    def after_run(self, run_context, run_values):
-        finite, loss, step = run_values.results
-        if not finite:
-            raise NonFiniteLossError(
-                'loss became %s at step %d (the update of that step was skipped); the last '
-                'good checkpoint is kept in model_dir. Lower learning_rate or check the data.'
-                % (loss, step + 1))
+        training_hooks=runtime.broadcast_hook())

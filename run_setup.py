@@ -26,7 +26,7 @@ class RunSetupError(ValueError):
 
 
 USER_ERRORS = (hparams_config.ConfigError, RunSetupError, warm_start.CheckpointMismatchError,
-               runtime.DeviceError, det_model_fn.NonFiniteLossError,
+               runtime.DeviceError, train_hooks.NonFiniteLossError,
                label_map_lib.LabelMapError)
 
 

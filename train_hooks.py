@@ -179,9 +179,35 @@ def parse_profile_steps(text):
     return start, end
 
 
+class NonFiniteLossError(RuntimeError):
+    """The loss or the gradients stopped being finite; weights were left untouched."""
+
+
+class FiniteGuardHook(tf1.train.SessionRunHook):
+    """Stops training with NonFiniteLossError at the first step whose loss or gradients are
+    not finite. The graph skipped that step's update, so the weights (and any checkpoint
+    written later) are the last good ones. Passed to Estimator.train() so it runs before the
+    Estimator's own NanTensorHook, which would only raise a bare traceback."""
+
+    def begin(self):
+        self._finite, self._loss = tf1.get_collection(det_model_fn.FINITE_GUARD_COLLECTION)
+        self._step = tf1.train.get_global_step()
+
+    def before_run(self, run_context):
+        return tf1.train.SessionRunArgs([self._finite, self._loss, self._step])
+
+    def after_run(self, run_context, run_values):
+        finite, loss, step = run_values.results
+        if not finite:
+            raise NonFiniteLossError(
+                'loss became %s at step %d (the update of that step was skipped); the last '
+                'good checkpoint is kept in model_dir. Lower learning_rate or check the data.'
+                % (loss, step + 1))
+
+
 def make_training_hooks(run, max_steps):
     flags = run.flags
-    hooks = [TrainLogHook(flags.model_dir, flags.train_batch_size,
+    hooks = [FiniteGuardHook(), TrainLogHook(flags.model_dir, flags.train_batch_size,
                           max(run.total_steps, max_steps), flags.log_every_n_steps,
                           write_files=runtime.is_main(), last_step=max_steps)]
     if flags.profile_steps and runtime.is_main():

@@ -164,3 +164,9 @@ def test_host_postprocess_matches_the_graph_postprocess():
         np.testing.assert_allclose(scores, expected[:, 5], rtol=1e-5)
         np.testing.assert_allclose(boxes, expected[:, 1:5], atol=1e-3)
         assert labels.tolist() == expected[:, 6].astype(int).tolist()
+
+
+def test_result_lines_survive_mpirun_output_tags():
+    output = ('[1,0]<stdout>:BENCHMARK {"rank": 0, "x": [1]}[1,0]<stdout>:\nnoise\n'
+              '[1,1]<stdout>:BENCHMARK {"rank": 1}\n')
+    assert bench.parse_result_lines(output) == [{'rank': 0, 'x': [1]}, {'rank': 1}]

@@ -18,7 +18,7 @@ for split in train val; do
       --output_file_prefix "$RECORDS/$split" --num_shards 4
   fi
 done
-exec "$PY" main.py --mode=train_and_eval --hparams=configs/demo.yaml \
+exec "$PY" main.py --hparams=configs/demo.yaml \
   --training_file_pattern="$RECORDS/train-*.tfrecord" \
   --validation_file_pattern="$RECORDS/val-*.tfrecord" \
   --val_json_file="$DATA_DIR/annotations/instances_val.json" \

@@ -1,7 +1,7 @@
 """Inference throughput and latency of the exported detection graph, per batch size.
 
-One graph and session per batch size (inference.build_detector: in-graph preprocessing,
-network, decode + NMS). Each post-processing mode fetches a different part of that graph:
+One frozen graph and session per batch size (inference.build_frozen_graph: in-graph
+preprocessing, network, decode + NMS; the same graph the SavedModel export holds). Each post-processing mode fetches a different part of that graph:
 
   graph  the detections (in-graph decode + NMS), as the SavedModel serves them
   host   the raw network outputs, then decode + NMS in NumPy (host_postprocess.py)
@@ -79,21 +79,11 @@ def make_batches(source, batch_size, config, count=8, seed=0):
 
 
 def build_session(spec, batch_size, encoded, session_config=None):
-    """(session, input placeholder, outputs) of a fresh graph for one batch size."""
-    config = inference.inference_config(spec.config)
-    graph = tf.Graph()
-    with graph.as_default():
-        if encoded:
-            inputs = tf1.placeholder(tf.string, [batch_size], 'encoded_images')
-            preprocessed = inference.decode_and_preprocess(inputs, config)
-        else:
-            inputs = tf1.placeholder(tf.uint8, [batch_size, None, None, 3], 'images')
-            preprocessed = inference.preprocess_images(inputs, config)
-        outputs = inference.build_detector(*preprocessed, config, spec.label_map)
-        session = tf1.Session(graph=graph, config=session_config)
-        inference.initialize_weights(session, spec)
-        graph.finalize()
-    return session, inputs, outputs
+    """(session, input placeholder, outputs) of a fresh frozen graph for one batch size."""
+    graph, outputs = inference.build_frozen_graph(spec, batch_size, encoded)
+    inputs = outputs.pop('inputs')
+    graph.finalize()
+    return tf1.Session(graph=graph, config=session_config), inputs, outputs
 
 
 def _host_nms_args(config):

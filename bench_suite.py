@@ -152,8 +152,9 @@ def _header(info, settings):
             info['cpu'], info['cores'], info['memory_gb'], info['os']),
         '- Versions: Python %s, TensorFlow %s, NumPy %s' % (
             info['python'], info['tensorflow'], info['numpy']),
-        '- Load average (1 min) before / after: %.2f / %.2f (other work on the machine slows '
-        'every number below)' % (info['load_before'], os.getloadavg()[0]),
+        '- Load average (1 min) when the suite started: %.2f (the suite itself adds about one '
+        'per busy core; other work on the machine would slow every number below)'
+        % info['load_before'],
         '- oneDNN: `TF_ENABLE_ONEDNN_OPTS=1` unless the row says off (bench.py --noonednn); '
         'TensorFlow 2.15 leaves oneDNN off by default on CPUs without AVX512-VNNI/BF16/AMX.', '']
 

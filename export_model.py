@@ -10,7 +10,9 @@ One meta graph, tag "serve", two signatures sharing one set of variables:
                             detection_classes  int64   [B, M]     dataset category ids
                             num_detections     int32   [B]        real rows per image
 
-The variables hold the EMA weights. assets.extra/ keeps label_map.json, config.yaml and
+The weights are the checkpoint's exponential moving averages, frozen into the graph as
+constants (no variables: nothing to restore, and the graph optimiser can fold batch norms
+into convolutions). assets.extra/ keeps label_map.json, config.yaml and
 export.json (checkpoint, time). The directory is written under a temporary name beside
 export_dir and renamed into place, so a reader never sees a half-written model; an existing
 export_dir is replaced.
@@ -31,32 +33,39 @@ SIGNATURE_PIXELS = 'serving_default'
 SIGNATURE_ENCODED = 'serving_encoded'
 
 
-def _signature(inputs, outputs):
-    return tf1.saved_model.predict_signature_def(
-        inputs=inputs, outputs={key: outputs[key] for key in inference.OUTPUT_KEYS})
+def _build_and_freeze(spec):
+    """Both input paths on one set of weights, restored and frozen: (GraphDef, tensors)."""
+    config = inference.inference_config(spec.config)
+    with tf.Graph().as_default():
+        images = tf1.placeholder(tf.uint8, [None, None, None, 3], name='images')
+        encoded = tf1.placeholder(tf.string, [None], name='encoded_images')
+        tensors = {'images': images, 'encoded_images': encoded}
+        for prefix, preprocessed, reuse in (
+                ('pixels/', inference.preprocess_images(images, config), False),
+                ('encoded/', inference.decode_and_preprocess(encoded, config), True)):
+            outputs = inference.build_detector(*preprocessed, config, spec.label_map, reuse=reuse)
+            tensors.update({prefix + key: outputs[key] for key in inference.OUTPUT_KEYS})
+        with tf1.Session() as session:
+            inference.initialize_weights(session, spec)
+            graph_def = inference.freeze(session, [tensors[k] for k in tensors
+                                                   if '/' in k])
+    return graph_def, tensors
 
 
 def _build_and_save(spec, staging_dir):
-    config = inference.inference_config(spec.config)
-    with tf.Graph().as_default() as graph:
-        images = tf1.placeholder(tf.uint8, [None, None, None, 3], name='images')
-        encoded = tf1.placeholder(tf.string, [None], name='encoded_images')
-        pixel_outputs = inference.build_detector(
-            *inference.preprocess_images(images, config), config, spec.label_map)
-        encoded_outputs = inference.build_detector(
-            *inference.decode_and_preprocess(encoded, config), config, spec.label_map,
-            reuse=True)
-        with tf1.Session(graph=graph) as session:
-            inference.initialize_weights(session, spec)
-            builder = tf1.saved_model.Builder(staging_dir)
-            builder.add_meta_graph_and_variables(
-                session, [tf1.saved_model.tag_constants.SERVING],
-                signature_def_map={
-                    SIGNATURE_PIXELS: _signature({'images': images}, pixel_outputs),
-                    SIGNATURE_ENCODED: _signature({'encoded_images': encoded},
-                                                  encoded_outputs)},
-                strip_default_attrs=True)
-            builder.save()
+    graph, tensors = inference.import_frozen(*_build_and_freeze(spec))
+    signatures = {}
+    with graph.as_default(), tf1.Session(graph=graph) as session:
+        for name, input_key, prefix in ((SIGNATURE_PIXELS, 'images', 'pixels/'),
+                                        (SIGNATURE_ENCODED, 'encoded_images', 'encoded/')):
+            signatures[name] = tf1.saved_model.predict_signature_def(
+                inputs={input_key: tensors[input_key]},
+                outputs={key: tensors[prefix + key] for key in inference.OUTPUT_KEYS})
+        builder = tf1.saved_model.Builder(staging_dir)
+        builder.add_meta_graph_and_variables(
+            session, [tf1.saved_model.tag_constants.SERVING], signature_def_map=signatures,
+            strip_default_attrs=True)
+        builder.save()
 
 
 def _write_extras(spec, staging_dir):

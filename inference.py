@@ -204,19 +204,50 @@ def initialize_weights(session, spec):
         session.run(tf1.global_variables_initializer())
 
 
+def freeze(session, output_tensors):
+    """A GraphDef of the session's graph pruned to `output_tensors`, every variable replaced
+    by a constant holding its current value. Constant weights let TensorFlow's graph
+    optimiser fold each batch norm into the convolution before it (about 15% faster on CPU)."""
+    names = sorted({tensor.op.name for tensor in output_tensors})
+    return tf1.graph_util.convert_variables_to_constants(
+        session, session.graph.as_graph_def(), names)
+
+
+def import_frozen(graph_def, tensors):
+    """Imports a frozen GraphDef into a new graph; returns it and `tensors` (a dict of
+    tensors of the original graph) mapped to their counterparts in it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.import_graph_def(graph_def, name='')
+    return graph, {key: graph.get_tensor_by_name(t.name) for key, t in tensors.items()}
+
+
+def build_frozen_graph(spec, batch_size=None, encoded=False):
+    """The inference graph of `spec` with its weights frozen in: (graph, {'inputs': uint8
+    [B, H, W, 3] or string [B] placeholder, OUTPUT_KEYS..., RAW_KEYS...: tensors})."""
+    config = inference_config(spec.config)
+    with tf.Graph().as_default():
+        if encoded:
+            inputs = tf1.placeholder(tf.string, [batch_size], 'encoded_images')
+            preprocessed = decode_and_preprocess(inputs, config)
+        else:
+            inputs = tf1.placeholder(tf.uint8, [batch_size, None, None, 3], 'images')
+            preprocessed = preprocess_images(inputs, config)
+        outputs = build_detector(*preprocessed, config, spec.label_map)
+        with tf1.Session() as session:
+            initialize_weights(session, spec)
+            graph_def = freeze(session, outputs.values())
+    return import_frozen(graph_def, dict(outputs, inputs=inputs))
+
+
 class GraphPredictor:
     """A session over a uint8-image input; `predict(images [B, H, W, 3])` -> numpy dict."""
 
     def __init__(self, spec, batch_size=None, session_config=None):
-        config = inference_config(spec.config)
-        self.graph = tf.Graph()
-        with self.graph.as_default():
-            self.images = tf1.placeholder(tf.uint8, [batch_size, None, None, 3], 'images')
-            self.outputs = build_detector(*preprocess_images(self.images, config), config,
-                                          spec.label_map)
-            self.session = tf1.Session(graph=self.graph, config=session_config)
-            initialize_weights(self.session, spec)
-            self.graph.finalize()
+        self.graph, self.outputs = build_frozen_graph(spec, batch_size)
+        self.images = self.outputs.pop('inputs')
+        self.session = tf1.Session(graph=self.graph, config=session_config)
+        self.graph.finalize()
 
     def predict(self, images, keys=OUTPUT_KEYS):
         return self.session.run({k: self.outputs[k] for k in keys}, {self.images: images})
@@ -308,6 +339,7 @@ COMMANDS = {'export': run_export, 'predict': run_predict}
 def main(argv):
     if len(argv) != 2 or argv[1] not in COMMANDS:
         raise app.UsageError('usage: inference.py {%s} --flags...' % ','.join(COMMANDS))
+    tf.get_logger().setLevel('ERROR')  # TF1 SavedModel/Saver progress lines drown the output.
     try:
         return COMMANDS[argv[1]]()
     except (InferenceError, hparams_config.ConfigError, label_map_lib.LabelMapError,

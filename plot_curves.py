@@ -38,25 +38,25 @@ def series(records, event, key):
 
 
 def _plot_group(axis, records, event, keys, title, log_scale=False):
-    drawn = 0
+    drawn = []
     for key in keys:
         steps, values = series(records, event, key)
         if not steps or (key != 'loss' and not any(values)):  # Unused terms stay at zero.
             continue
         axis.plot(steps, values, marker='o' if len(steps) < 20 else None, markersize=3,
                   label=key)
-        drawn += 1
+        drawn.extend(values)
     axis.set_title(title)
     axis.set_xlabel('step')
     axis.grid(True, alpha=0.3)
     if drawn:
         axis.legend(fontsize='small')
-        if log_scale and all(v > 0 for k in keys for v in series(records, event, k)[1]):
+        if log_scale and min(drawn) > 0:  # Terms differ by orders of magnitude.
             axis.set_yscale('log')
     else:
         axis.text(0.5, 0.5, 'no %s records yet' % event, ha='center', va='center',
                   transform=axis.transAxes, color='gray')
-    return drawn
+    return len(drawn)
 
 
 def plot_curves(model_dir, output):

@@ -147,17 +147,30 @@ def test_export_is_complete_and_replaces_atomically(trained, exported):
     assert [n for n in os.listdir(parent) if n.startswith('.')] == []
 
 
-def test_exported_variables_are_the_ema_weights(trained, exported):
-    served = tf.train.load_checkpoint(os.path.join(exported, 'variables', 'variables'))
-    trained_ckpt = tf.train.load_checkpoint(tf.train.latest_checkpoint(trained))
-    names = sorted(served.get_variable_to_shape_map())
-    assert len(names) > 100
+def _frozen_constants(export_dir):
+    """{node name: value} of the Const nodes of the exported graph."""
+    from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=import-outside-toplevel
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, 'saved_model.pb'), 'rb') as f:
+        saved_model.ParseFromString(f.read())
+    (meta_graph,) = saved_model.meta_graphs
+    return {node.name: tf.make_ndarray(node.attr['value'].tensor)
+            for node in meta_graph.graph_def.node if node.op == 'Const'}
+
+
+def test_exported_weights_are_the_ema_weights(trained, exported):
+    constants = _frozen_constants(exported)
+    checkpoint = tf.train.load_checkpoint(tf.train.latest_checkpoint(trained))
+    names = [name for name in checkpoint.get_variable_to_shape_map()
+             if name.endswith(('kernel', 'bias', 'gamma', 'beta', 'moving_mean',
+                               'moving_variance', 'depthwise_kernel'))
+             and 'ExponentialMovingAverage' not in name and 'Momentum' not in name]
+    assert len(names) > 100 and set(names) <= set(constants)
     moved = 0
     for name in names:
-        value = served.get_tensor(name)
         np.testing.assert_array_equal(
-            value, trained_ckpt.get_tensor(name + '/ExponentialMovingAverage'), err_msg=name)
-        moved += not np.array_equal(value, trained_ckpt.get_tensor(name))
+            constants[name], checkpoint.get_tensor(name + '/ExponentialMovingAverage'), name)
+        moved += not np.array_equal(constants[name], checkpoint.get_tensor(name))
     assert moved > 0  # After two steps the averages differ from the raw weights.
 
 

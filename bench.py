@@ -185,7 +185,8 @@ def cmd_train():
 INFER_COLUMNS = (('batch', 'batch_size', '%d'), ('postprocess', 'postprocess', '%s'),
                  ('images/s', 'images_per_sec', '%.2f'), ('avg ms', 'latency_avg_ms', '%.1f'),
                  ('p50 ms', 'latency_p50_ms', '%.1f'), ('p90 ms', 'latency_p90_ms', '%.1f'),
-                 ('p95 ms', 'latency_p95_ms', '%.1f'), ('p99 ms', 'latency_p99_ms', '%.1f'))
+                 ('p95 ms', 'latency_p95_ms', '%.1f'), ('p99 ms', 'latency_p99_ms', '%.1f'),
+                 ('peak host MB', 'peak_host_memory_mb', '%.0f'))
 
 
 def _infer_spec():
@@ -257,6 +258,8 @@ def main(argv):
     if argv[1] == 'infer':
         import bench_infer  # pylint: disable=import-outside-toplevel
         import inference  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        tf.get_logger().setLevel('ERROR')  # TF1 deprecation notices drown the table.
         user_errors += [bench_infer.BenchError, inference.InferenceError]
     try:
         COMMANDS[argv[1]]()

@@ -1,7 +1,8 @@
 """Inference throughput and latency of the exported detection graph, per batch size.
 
 One frozen graph and session per batch size (inference.build_frozen_graph: in-graph
-preprocessing, network, decode + NMS; the same graph the SavedModel export holds). Each post-processing mode fetches a different part of that graph:
+preprocessing, network, decode + NMS; the graph the SavedModel export holds). Each
+post-processing mode fetches a different part of that graph:
 
   graph  the detections (in-graph decode + NMS), as the SavedModel serves them
   host   the raw network outputs, then decode + NMS in NumPy (host_postprocess.py)
@@ -27,6 +28,7 @@ import hparams_config
 import host_postprocess
 import inference
 import predict
+import train_hooks
 
 tf1 = tf.compat.v1
 
@@ -154,7 +156,8 @@ def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session
             run = _runner(session, inputs, outputs, mode, inference.inference_config(
                 spec.config))
             row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
-            row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds)
+            row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds,
+                       peak_host_memory_mb=train_hooks.host_memory_mb()[1])
             rows.append(row)
     finally:
         session.close()

@@ -28,7 +28,7 @@ class SuiteError(RuntimeError):
     """One of the suite's benchmark runs failed; the message names its command."""
 
 
-FULL = dict(train_steps=10, train_warmup=3, infer_steps=30, infer_warmup=5, input_images=300,
+FULL = dict(train_steps=10, train_warmup=3, infer_steps=50, infer_warmup=5, input_images=300,
             input_batches=60)
 QUICK = dict(train_steps=2, train_warmup=1, infer_steps=3, infer_warmup=1, input_images=12,
              input_batches=4)
@@ -111,9 +111,10 @@ def _infer_section(results):
             rows.append([row['batch_size'], row['postprocess'], _onednn(row),
                          '%.2f' % row['images_per_sec'], '%.1f' % row['latency_avg_ms'],
                          '%.1f' % row['latency_p50_ms'], '%.1f' % row['latency_p90_ms'],
-                         '%.1f' % row['latency_p95_ms'], '%.1f' % row['latency_p99_ms']])
+                         '%.1f' % row['latency_p95_ms'], '%.1f' % row['latency_p99_ms'],
+                         '%.2f' % (row['peak_host_memory_mb'] / 1024)])
     return _md_table(['batch', 'post-processing', 'oneDNN', 'images/s', 'latency avg ms',
-                      'p50 ms', 'p90 ms', 'p95 ms', 'p99 ms'], rows)
+                      'p50 ms', 'p90 ms', 'p95 ms', 'p99 ms', 'peak host GB'], rows)
 
 
 def _input_section(result):
@@ -169,11 +170,15 @@ def render(runs, info, settings):
         % (settings['train_steps'], settings['train_warmup']), '',
         _train_section([r for _, r in runs['train']]), '',
         'Peak host memory is the training process\'s maximum resident set size.', '',
+        'Where a training step\'s time goes, and what would buy the next 1.5x: '
+        '[training-step-profile.md](training-step-profile.md).', '',
         '## Inference (random weights, random 512x512 uint8 input, %d timed batches)'
         % settings['infer_steps'], '',
         'Wall time of `session.run` per batch: in-graph resize + normalise, network and, for '
         '`graph`, decode + per-class NMS; `host` fetches the raw outputs and runs decode + NMS '
-        'in NumPy; `none` stops at the raw outputs. Images/s = batch / mean latency.', '',
+        'in NumPy; `none` stops at the raw outputs. Images/s = batch / mean latency. Peak '
+        'host GB: the benchmark process\'s maximum resident set size so far (batch 1 runs in '
+        'its own process; batches 2, 4, 8 share one, in that order).', '',
         _infer_section([r for _, r in runs['infer']]), '',
         'Batch 1 end to end incl. NMS: %.2f images/s (%.0f ms); google/automl on this machine: '
         '%.1f images/s (130 ms).' % (batch1['images_per_sec'], batch1['latency_avg_ms'],

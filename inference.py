@@ -8,17 +8,19 @@ image files.
 
 The graph takes uint8 images of any size, preprocesses each exactly as evaluation does (the
 dataloader's own eval function: resize keeping the aspect ratio, pad, normalise), runs the
-network with the exponential-moving-average weights, decodes and applies NMS in the graph
-(postprocess.generate_detections) and maps labels to the dataset's category ids (label map
-baked in as a constant). Boxes come back in pixels of the input image, [ymin, xmin, ymax,
-xmax]. The model comes from model_dir/config.yaml (written by main.py), the label map from
-the `training_file_pattern` in model_dir/flags.json (or --label_map).
+network with the exponential-moving-average weights (frozen in as constants), decodes and
+applies NMS in the graph (postprocess.generate_detections) and maps labels to the dataset's
+category ids (label map baked in as a constant). Boxes come back in pixels of the input
+image, [ymin, xmin, ymax, xmax]. The model comes from model_dir/config.yaml (written by
+main.py), the label map from the `training_file_pattern` in model_dir/flags.json (or
+--label_map).
 """
 import dataclasses
 import json
 import os
 import sys
 
+import tf_env  # noqa: F401  (before anything imports tensorflow)
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
@@ -119,27 +121,26 @@ def category_id_table(label_map, num_classes):
     return table
 
 
+def _map_preprocess(fn, inputs, config):
+    height, width = hparams_config.parse_image_size(config.image_size)
+    return tf.map_fn(fn, inputs, fn_output_signature=(
+        tf.TensorSpec([height, width, 3], tf.float32), tf.TensorSpec([], tf.float32),
+        tf.TensorSpec([2], tf.int32)))
+
+
 def preprocess_images(images, config):
     """uint8 [B, H, W, 3] (any H, W) -> network input float32 [B, h, w, 3], image_scales
     float32 [B] (network pixels * scale = input pixels), image_sizes int32 [B, 2]."""
-    height, width = hparams_config.parse_image_size(config.image_size)
-
-    def one(image):
-        return dataloader.preprocess_for_eval(image, config)
-    return tf.map_fn(one, images, fn_output_signature=(
-        tf.TensorSpec([height, width, 3], tf.float32), tf.TensorSpec([], tf.float32),
-        tf.TensorSpec([2], tf.int32)))
+    return _map_preprocess(lambda image: dataloader.preprocess_for_eval(image, config),
+                           images, config)
 
 
 def decode_and_preprocess(encoded, config):
-    """string [B] of JPEG/PNG/GIF/BMP bytes -> preprocess_images' outputs (any sizes mixed)."""
-    height, width = hparams_config.parse_image_size(config.image_size)
-
-    def one(data):
-        return dataloader.preprocess_for_eval(dataloader.decode_image(data), config)
-    return tf.map_fn(one, encoded, fn_output_signature=(
-        tf.TensorSpec([height, width, 3], tf.float32), tf.TensorSpec([], tf.float32),
-        tf.TensorSpec([2], tf.int32)))
+    """string [B] of JPEG/PNG/GIF/BMP bytes (sizes may differ) -> preprocess_images' outputs,
+    decoded by the dataloader's own decoder."""
+    return _map_preprocess(
+        lambda data: dataloader.preprocess_for_eval(dataloader.decode_image(data), config),
+        encoded, config)
 
 
 def _flatten_levels(outputs, per_anchor):

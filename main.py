@@ -11,6 +11,7 @@ import sys
 
 from absl import app, flags, logging
 
+import tf_env  # noqa: F401  (before anything imports tensorflow)
 import hparams_config
 import run_setup
 
@@ -45,7 +46,9 @@ flags.DEFINE_integer('eval_timeout', None, 'eval mode: stop after this many seco
 flags.DEFINE_bool('eval_after_training', False, 'mode=train: evaluate the final checkpoint.')
 flags.DEFINE_bool('use_fake_data', False, 'Feed synthetic tensors (benchmarking, no I/O).')
 flags.DEFINE_bool('use_amp', False, 'Mixed precision: bfloat16 on CPU/HPU, float16 on GPU.')
-flags.DEFINE_bool('use_xla', False, 'XLA JIT compilation of the graph.')
+flags.DEFINE_bool('use_xla', False, 'XLA auto-clustering of the graph (meant for GPU). On '
+                  'CPU TensorFlow clusters nothing without TF_XLA_FLAGS=--tf_xla_cpu_global_jit, '
+                  'and D0 training then measured 9.6x slower (docs/training-step-profile.md).')
 flags.DEFINE_bool('deterministic', False, 'Seeded, ordered input and deterministic ops.')
 flags.DEFINE_integer('seed', None, 'Random seed (default 0 with --deterministic).')
 flags.DEFINE_bool('use_horovod', None, 'Force Horovod on (default: on when run by mpirun '

@@ -6,6 +6,8 @@ an exported SavedModel. Output rows follow docs/CONTRACTS.md:
 pixels, label = class index + 1.
 """
 
+import math
+
 import tensorflow as tf
 
 import box_ops
@@ -52,11 +54,14 @@ def generate_detections(class_outputs, box_outputs, anchor_boxes, image_ids, ima
         raise ValueError('anchor_boxes has %d rows but the outputs hold %d anchors; build '
                          'anchors with the same image size, levels and anchor settings'
                          % (anchor_boxes.shape[0], codes.shape[1]))
-    boxes, scores = _candidates(logits, codes, anchor_boxes, num_classes, max_nms_inputs)
-
+    boxes, scores, classes = _candidates(logits, codes, anchor_boxes, num_classes,
+                                         max_nms_inputs)
+    extent = tf.reduce_max(tf.abs(anchor_boxes))
     nms_kwargs = _nms_settings(method, iou_thresh, score_thresh, sigma, max_output_size)
     det_boxes, det_scores, det_classes = tf.map_fn(
-        lambda args: _nms_one_image(args[0], args[1], **nms_kwargs), (boxes, scores),
+        lambda args: _nms_one_image(*args, extent=extent, num_classes=num_classes,
+                                    **nms_kwargs),
+        (boxes, scores, classes),
         fn_output_signature=(tf.TensorSpec([max_output_size, 4], tf.float32),
                              tf.TensorSpec([max_output_size], tf.float32),
                              tf.TensorSpec([max_output_size], tf.int32)))
@@ -89,55 +94,85 @@ def _flatten_levels(class_outputs, box_outputs, num_classes):
 
 
 def _candidates(logits, codes, anchor_boxes, num_classes, max_nms_inputs):
-    """Decoded candidate boxes [B, K, 4] and per-class scores [B, K, C].
+    """(anchor, class) candidate pairs: boxes float32 [B, K, 4] (decoded, network pixels),
+    scores float32 [B, K] (sigmoid), class index int32 [B, K].
 
-    With a top-k pre-selection over (anchor, class) pairs, each candidate row keeps
-    its one selected class score and -1 elsewhere, so the other classes' NMS skips it.
+    With max_nms_inputs, the K best pairs by logit, found in two cheap steps instead of one
+    top-k over all N * C pairs: an anchor holding one of the K best pairs has its best class
+    among the K best anchors' best classes (fewer than K pairs beat that pair, so fewer than
+    K anchors' maxima can), so the K best anchors by max logit, then the K best of their
+    K * C pairs, are the K best pairs (ties aside). Without it, all N * C pairs.
     """
-    num_anchors = tf.shape(logits)[1]
+    batch = tf.shape(logits)[0]
     if not max_nms_inputs:
-        boxes = box_ops.decode_boxes(codes, anchor_boxes[None])
-        return boxes, tf.sigmoid(logits)
-    flat_logits = tf.reshape(logits, [tf.shape(logits)[0], -1])   # [B, N*C]
-    if logits.shape[1] is not None:  # static k keeps static shapes downstream
-        k = min(max_nms_inputs, logits.shape[1] * num_classes)
+        pair_logits = tf.reshape(logits, [batch, -1])
+        pairs = tf.range(tf.shape(pair_logits)[1])[None] * tf.ones([batch, 1], tf.int32)
+        anchor_index, class_index = pairs // num_classes, pairs % num_classes
     else:
-        k = tf.minimum(max_nms_inputs, num_anchors * num_classes)
-    top_logits, top_index = tf.math.top_k(flat_logits, k=k, sorted=False)
-    anchor_index = top_index // num_classes
-    class_index = top_index % num_classes
+        anchor_index = _top_anchors(logits, max_nms_inputs)                   # [B, k]
+        anchor_logits = tf.gather(logits, anchor_index, batch_dims=1)         # [B, k, C]
+        num_pairs = _static_or_dynamic_size(anchor_logits, 1) * num_classes
+        pair_logits, pair = tf.math.top_k(
+            tf.reshape(anchor_logits, [batch, -1]), k=_min(max_nms_inputs, num_pairs),
+            sorted=False)
+        anchor_index = tf.gather(anchor_index, pair // num_classes, batch_dims=1)
+        class_index = pair % num_classes
     boxes = box_ops.decode_boxes(tf.gather(codes, anchor_index, batch_dims=1),
                                  tf.gather(anchor_boxes, anchor_index))
-    scores = tf.where(tf.one_hot(class_index, num_classes, on_value=True, off_value=False),
-                      tf.sigmoid(top_logits)[..., None], -1.0)
-    return boxes, scores
+    return boxes, tf.sigmoid(pair_logits), class_index
 
 
-def _nms_one_image(boxes, scores, *, max_output_size, score_thresh, iou_thresh,
-                   soft_nms_sigma):
-    """Per-class NMS of one image, merged to the best `max_output_size` overall.
+def _top_anchors(logits, k):
+    """Indices int32 [B, min(k, N)] of the anchors with the highest max-over-classes logit."""
+    best_logits = tf.reduce_max(logits, axis=2)                               # [B, N]
+    _, index = tf.math.top_k(best_logits, k=_min(k, _static_or_dynamic_size(logits, 1)),
+                             sorted=False)
+    return index
+
+
+def _static_or_dynamic_size(tensor, axis):
+    size = tensor.shape[axis]
+    return size if size is not None else tf.shape(tensor)[axis]
+
+
+def _min(a, b):
+    """min() that keeps a static k static (static shapes downstream)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    return tf.minimum(a, b)
+
+
+def _nms_one_image(boxes, scores, classes, *, extent, num_classes, max_output_size,
+                   score_thresh, iou_thresh, soft_nms_sigma):
+    """NMS per class of one image, the best `max_output_size` kept overall, in one pass.
+
+    Each class's boxes are moved to their own cell of a grid of windows so that boxes of
+    different classes never overlap: one NMS over all candidates then suppresses only
+    within a class (IoU 0 neither passes a hard threshold nor decays a soft-NMS score), and
+    its selection order (best score first) merges the per-class results.
 
     Args:
-      boxes: float32 [K, 4]; scores: float32 [K, C] (negative = not a candidate).
+      boxes: float32 [K, 4] network pixels; scores float32 [K]; classes int32 [K].
+      extent: float32 scalar, the largest |coordinate| of the anchors; candidate boxes are
+        clamped to 8 * extent around the origin for NMS only (a box that decodes further
+        out is degenerate; clamping keeps the per-class windows apart and float-precise).
 
     Returns:
       boxes [M, 4], scores [M] (sorted, -1 on padding), class index int32 [M].
     """
-    def one_class(class_scores):
-        index, kept_scores = tf.image.non_max_suppression_with_scores(
-            boxes, class_scores, max_output_size, iou_threshold=iou_thresh,
-            score_threshold=score_thresh, soft_nms_sigma=soft_nms_sigma)
-        pad = max_output_size - tf.shape(index)[0]
-        return (tf.pad(index, [[0, pad]]),
-                tf.pad(kept_scores, [[0, pad]], constant_values=-1.0))
-
-    index, kept_scores = tf.map_fn(
-        one_class, tf.transpose(scores),
-        fn_output_signature=(tf.TensorSpec([max_output_size], tf.int32),
-                             tf.TensorSpec([max_output_size], tf.float32)))  # [C, M]
-    best_scores, best = tf.math.top_k(tf.reshape(kept_scores, [-1]), k=max_output_size)
-    best_boxes = tf.gather(boxes, tf.gather(tf.reshape(index, [-1]), best))
-    return best_boxes, best_scores, best // max_output_size
+    limit = 8.0 * extent + 1.0
+    window = 2.0 * limit + 1.0
+    columns = int(math.ceil(math.sqrt(num_classes)))
+    cell = tf.cast(tf.stack([classes // columns, classes % columns,
+                             classes // columns, classes % columns], axis=1), tf.float32)
+    separated = tf.clip_by_value(boxes, -limit, limit) + cell * window
+    index, kept_scores = tf.image.non_max_suppression_with_scores(
+        separated, scores, max_output_size, iou_threshold=iou_thresh,
+        score_threshold=score_thresh, soft_nms_sigma=soft_nms_sigma)
+    pad = max_output_size - tf.shape(index)[0]
+    return (tf.pad(tf.gather(boxes, index), [[0, pad], [0, 0]]),
+            tf.pad(kept_scores, [[0, pad]], constant_values=-1.0),
+            tf.pad(tf.gather(classes, index), [[0, pad]]))
 
 
 def _detection_rows(boxes, scores, classes, image_ids, image_scales, image_sizes):

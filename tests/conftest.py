@@ -59,3 +59,14 @@ def tiny_flags(dataset, model_dir, *extra, hparams=TINY_HPARAMS):
             '--val_json_file=%s' % dataset['val_json'],
             '--train_batch_size=2', '--eval_batch_size=2', '--num_examples_per_epoch=4',
             '--log_every_n_steps=1', '--cp_every_n_steps=100'] + list(extra)
+
+
+@pytest.fixture(scope='session')
+def profiled_run(tiny_dataset, tmp_path_factory):
+    """model_dir of two steps of train_and_eval with the profiler on step 2 (the trace is
+    under model_dir/profile); shared by the bench and profile_summary tests."""
+    model_dir = str(tmp_path_factory.mktemp('profiled_run'))
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
+                                 '--num_epochs=1', '--profile_steps=2,2'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    return model_dir

@@ -1,5 +1,6 @@
 """dataloader.InputReader on small real TFRecords of real JPEG/PNG images (CPU, seconds)."""
 import collections
+import io
 
 import numpy as np
 import pytest
@@ -370,3 +371,22 @@ def test_converter_side_files_are_not_read_as_records(tmp_path):
         (tmp_path / name).write_text('x')
     assert dataloader.list_record_files(str(tmp_path / 'train-*')) == [
         str(tmp_path / 'train-00000-of-00001.tfrecord')]
+
+
+@pytest.mark.parametrize('mode', ['RGBA', 'LA', 'L', 'P', 'RGB'])
+def test_decode_image_matches_the_converters_colour_handling(mode):
+    # What a served PNG decodes to equals what the converter would have stored for it.
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    from dataset import image_codec  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, [12, 9, 4], dtype=np.uint8)
+    image = Image.fromarray(pixels, 'RGBA').convert(mode)
+    buffer = io.BytesIO()
+    image.save(buffer, format='PNG')
+    decoded = dataloader.decode_image(tf.constant(buffer.getvalue())).numpy()
+    buffer.seek(0)
+    expected = np.asarray(image_codec.to_rgb(Image.open(buffer)))  # as the converter reads it
+    assert decoded.shape == (12, 9, 3) and decoded.dtype == np.uint8
+    assert np.abs(decoded.astype(int) - expected).max() <= 1
+    if mode == 'RGBA':  # the colours under transparent pixels must not show
+        assert np.abs(decoded.astype(int) - pixels[..., :3]).max() > 50

@@ -33,6 +33,30 @@ def test_focal_loss_is_finite_for_large_logits():
     assert np.all(np.isfinite(got.numpy()))
 
 
+@pytest.mark.parametrize('gamma', [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 1.7])
+def test_nonnegative_power_values_and_gradient(gamma):
+    x = tf.constant([0.0, 1e-12, 1e-4, 0.25, 0.5, 0.999, 1.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = losses.nonnegative_power(x, gamma)
+    gradient = tape.gradient(y, x).numpy()
+    x64 = x.numpy().astype(np.float64)
+    np.testing.assert_allclose(y.numpy(), np.power(x64, gamma), rtol=2e-6, atol=1e-30)
+    if gamma >= 1.0:  # finite everywhere, including at 0 where x ** (gamma - 1) is finite
+        assert np.all(np.isfinite(gradient))  # d/dx at 0: 1 for gamma 1, else 0
+        np.testing.assert_allclose(gradient[1:], gamma * np.power(x64[1:], gamma - 1),
+                                   rtol=1e-5, atol=2e-7)
+        assert gradient[0] == pytest.approx(1.0 if gamma == 1.0 else 0.0, abs=1e-6)
+
+
+def test_focal_loss_gradient_is_finite_for_saturated_logits():
+    logits = tf.constant([-100.0, 100.0, -100.0, 100.0, 0.0])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = tf.reduce_sum(losses.focal_loss(logits, tf.constant([1.0, 0.0, 0.0, 1.0, 1.0])))
+    assert np.all(np.isfinite(tape.gradient(loss, logits).numpy()))
+
+
 def test_huber_matches_numpy_and_skips_zero_targets():
     outputs = np.array([[0.1, 0.2, 0.3, 0.4], [0.5, -0.6, 0.7, 0.8]], np.float32)
     targets = np.array([[0.05, -0.2, 0.0, 0.1], [0.0, 0.0, 0.0, 0.0]], np.float32)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import anchors
+import host_postprocess
 import postprocess
 
 NUM_CLASSES = 2
@@ -140,3 +142,65 @@ def test_runs_in_v1_graph_with_unknown_batch():
 def test_unknown_method_lists_valid_ones():
     with pytest.raises(ValueError, match='gaussian'):
         _detect(FIVE_BOXES, [FIVE_SCORES], method='linear')
+
+
+def _brute_force_detections(logits, codes, anchor_boxes, k, iou_thresh, max_output_size):
+    """One image: top-k of all (anchor, class) pairs by a full sort, then greedy class-aware
+    NMS in one global order (host_postprocess.nms), boxes decoded in NumPy."""
+    num_classes = logits.shape[1]
+    pairs = np.argsort(-logits.reshape(-1), kind='stable')[:k]
+    anchor_index, class_index = pairs // num_classes, pairs % num_classes
+    boxes = host_postprocess.decode_boxes(codes[anchor_index].astype(np.float64),
+                                          anchor_boxes[anchor_index])
+    scores = host_postprocess.sigmoid(logits.reshape(-1)[pairs].astype(np.float64))
+    kept = host_postprocess.nms(boxes, scores, iou_thresh, max_output_size,
+                                classes=class_index)
+    return boxes[kept], scores[kept], class_index[kept] + 1
+
+
+@pytest.mark.parametrize('num_classes,k', [(6, 60), (90, 500), (3, 10_000)])
+def test_matches_brute_force_top_k_and_per_class_nms(num_classes, k):
+    # 3 levels of a 64 px image, 9 anchors a location: many overlapping boxes per class.
+    anchor_boxes = anchors.generate_anchor_boxes(64, 64, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
+    num_anchors = len(anchor_boxes)
+    rng = np.random.default_rng(num_classes)
+    logits = rng.normal(-2.0, 2.0, [2, num_anchors, num_classes]).astype(np.float32)
+    codes = rng.normal(0.0, 0.2, [2, num_anchors, 4]).astype(np.float32)
+    rows, counts = postprocess.generate_detections(
+        {3: logits.reshape(2, 1, num_anchors, num_classes)},
+        {3: codes.reshape(2, 1, num_anchors, 4)}, anchor_boxes, tf.constant([1, 2]),
+        tf.ones([2]), num_classes=num_classes, iou_thresh=0.5, score_thresh=0.0,
+        max_nms_inputs=k, max_output_size=40)
+    for image in range(2):
+        boxes, scores, labels = _brute_force_detections(
+            logits[image], codes[image], anchor_boxes, k, 0.5, 40)
+        assert int(counts[image]) == len(scores) == 40
+        got = rows.numpy()[image]
+        np.testing.assert_allclose(got[:, 5], scores, rtol=1e-5)
+        np.testing.assert_allclose(got[:, 1:5], boxes, atol=1e-3)
+        assert got[:, 6].astype(int).tolist() == labels.tolist()
+
+
+@pytest.mark.parametrize('k', [0, 1, 7, 40, 10_000])
+def test_host_top_pairs_are_the_k_best_pairs(k):
+    logits = np.random.default_rng(k).normal(size=[50, 8])
+    expected = np.argsort(-logits.reshape(-1))[:k or None]
+    assert sorted(host_postprocess.top_pairs(logits, k).tolist()) == sorted(expected.tolist())
+
+
+def test_degenerate_huge_box_does_not_merge_classes():
+    # A box decoding to infinite size is clamped for NMS only; the identical small boxes of two
+    # classes still both survive, and the huge one is kept (clipped to the image).
+    class_outputs = {3: tf.constant(np.array(
+        [[[[_logit(0.9), _OFF], [_OFF, _logit(0.8)], [_logit(0.7), _OFF]]]], np.float32))}
+    codes = np.zeros([1, 1, 3, 4], np.float32)
+    codes[0, 0, 2, 2:] = 100.0  # exp(100) overflows float32: an infinite box
+    rows, count = postprocess.generate_detections(
+        class_outputs, {3: tf.constant(codes)},
+        np.array([[0, 0, 10, 10], [0, 0, 10, 10], [20, 20, 30, 30]], np.float32),
+        tf.constant([7]), tf.ones([1]), tf.constant([[64, 64]]), num_classes=NUM_CLASSES,
+        max_output_size=5)
+    assert count.numpy().tolist() == [3]
+    np.testing.assert_allclose(rows.numpy()[0, :3], [[7, 0, 0, 10, 10, 0.9, 1],
+                                             [7, 0, 0, 10, 10, 0.8, 2],
+                                             [7, 0, 0, 64, 64, 0.7, 1]], rtol=1e-5)

@@ -183,7 +183,15 @@ def batch_norm(inputs, is_training, momentum=0.99, epsilon=1e-3, act_type=None,
     with tf1.variable_scope(name):
         gamma, beta, moving_mean, moving_variance = _batch_norm_variables(
             channels, gamma_initializer)
-        if not is_training:
+        if not is_training and inputs.dtype == tf.float32:
+            # One multiply-add, not the fused kernel: with constant (exported) weights
+            # grappler folds it into the convolution before it and fuses the swish after it,
+            # which it does not do for a depthwise conv + FusedBatchNorm: D0 batch-1
+            # inference measured ~8% faster on CPU (paired A/B, 135 -> 125 ms).
+            outputs = _normalize_with(inputs, moving_mean, moving_variance, gamma, beta,
+                                      epsilon)
+        elif not is_training:
+            # bfloat16/float16: the fused kernel normalises in float32.
             outputs, _, _ = tf1.nn.fused_batch_norm(
                 inputs, gamma, beta, mean=moving_mean, variance=moving_variance,
                 epsilon=epsilon, is_training=False)

@@ -204,6 +204,26 @@ def test_batch_norm_sync_path_equals_fused_path_on_one_layer():
     np.testing.assert_allclose(synced, fused, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('dtype,tolerance', [(tf.float32, 1e-5), (tf.bfloat16, 3e-2)])
+def test_inference_batch_norm_uses_the_moving_statistics(dtype, tolerance):
+    rng = np.random.RandomState(2)
+    values = rng.normal(2.0, 3.0, size=[2, 3, 4, 5]).astype(np.float32)
+    stats = {name: rng.uniform(0.5, 2.0, size=[5]).astype(np.float32)
+             for name in ('gamma', 'beta', 'moving_mean', 'moving_variance')}
+    with tf.Graph().as_default():
+        outputs = nn_layers.batch_norm(tf.cast(tf.constant(values), dtype), False, name='bn')
+        assert outputs.dtype == dtype
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for name, value in stats.items():
+                variable = [v for v in tf1.global_variables() if v.op.name == 'bn/' + name][0]
+                variable.load(value, session)
+            got = session.run(tf.cast(outputs, tf.float32))
+    expected = (stats['gamma'] * (values - stats['moving_mean'])
+                / np.sqrt(stats['moving_variance'] + 1e-3) + stats['beta'])
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.parametrize('overrides,present,absent', [
     (dict(fpn_weight_method='attn', separable_conv=False),
      ['fpn_cells/cell_0/fnode0/WSM_1', 'fpn_cells/cell_0/fnode0/op_after_combine4/conv/kernel',

@@ -93,6 +93,15 @@ def format_table(rows, columns):
     return '\n'.join(lines)
 
 
+def markdown_table(header, rows, text_columns=0):
+    """A markdown table of str()-ed cells; the first text_columns columns are left-aligned,
+    the rest right-aligned."""
+    lines = ['| ' + ' | '.join(header) + ' |',
+             '|' + '|'.join(':---' if i < text_columns else '---:'
+                            for i in range(len(header))) + '|']
+    return '\n'.join(lines + ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows])
+
+
 def emit(result, rows, columns):
     print(format_table(rows, columns))
     print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)

@@ -21,7 +21,6 @@ import os
 import time
 
 import numpy as np
-import tensorflow as tf
 
 import anchors
 import hparams_config
@@ -30,7 +29,6 @@ import inference
 import predict
 import train_hooks
 
-tf1 = tf.compat.v1
 
 POSTPROCESS_MODES = ('graph', 'host', 'none')
 PERCENTILES = (50, 90, 95, 99)
@@ -80,14 +78,6 @@ def make_batches(source, batch_size, config, count=8, seed=0):
     return batches
 
 
-def build_session(spec, batch_size, encoded, session_config=None):
-    """(session, input placeholder, outputs) of a fresh frozen graph for one batch size."""
-    graph, outputs = inference.build_frozen_graph(spec, batch_size, encoded)
-    inputs = outputs.pop('inputs')
-    graph.finalize()
-    return tf1.Session(graph=graph, config=session_config), inputs, outputs
-
-
 def _host_nms_args(config):
     nms = config.nms_configs
     if nms.method != 'hard':
@@ -97,15 +87,12 @@ def _host_nms_args(config):
                 max_nms_inputs=nms.max_nms_inputs, max_output_size=nms.max_output_size)
 
 
-def _runner(session, inputs, outputs, mode, config):
+def _runner(predictor, mode, config):
     """A function feed -> result doing one timed unit of work for `mode`."""
     if mode == 'graph':
-        fetches = {k: outputs[k] for k in inference.OUTPUT_KEYS}
-        return lambda feed: session.run(fetches, {inputs: feed})
+        return lambda feed: predictor.predict(feed, inference.OUTPUT_KEYS)
     if mode == 'none':
-        fetches = {k: outputs[k] for k in ('class_logits', 'box_codes')}
-        return lambda feed: session.run(fetches, {inputs: feed})
-    fetches = {k: outputs[k] for k in inference.RAW_KEYS}
+        return lambda feed: predictor.predict(feed, ('class_logits', 'box_codes'))
     height, width = hparams_config.parse_image_size(config.image_size)
     anchor_boxes = anchors.generate_anchor_boxes(
         height, width, config.min_level, config.max_level, config.num_scales,
@@ -113,7 +100,7 @@ def _runner(session, inputs, outputs, mode, config):
     nms_args = _host_nms_args(config)
 
     def run_host(feed):
-        raw = session.run(fetches, {inputs: feed})
+        raw = predictor.predict(feed, inference.RAW_KEYS)
         return host_postprocess.generate_detections(
             raw['class_logits'], raw['box_codes'], anchor_boxes, raw['image_scales'],
             raw['image_sizes'], **nms_args)
@@ -148,17 +135,16 @@ def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session
     batches = make_batches(source, batch_size, spec.config)
     encoded = batches[0].dtype == object
     start = time.perf_counter()
-    session, inputs, outputs = build_session(spec, batch_size, encoded, session_config)
+    predictor = inference.GraphPredictor(spec, batch_size, session_config, encoded)
     build_seconds = time.perf_counter() - start
     rows = []
     try:
         for mode in modes:
-            run = _runner(session, inputs, outputs, mode, inference.inference_config(
-                spec.config))
+            run = _runner(predictor, mode, inference.inference_config(spec.config))
             row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
             row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds,
                        peak_host_memory_mb=train_hooks.host_memory_mb()[1])
             rows.append(row)
     finally:
-        session.close()
+        predictor.close()
     return rows

@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 import bench
+from hccl_config import atomic_file
 
 # google/automl efficientdet (TF2) measured on this 2-core machine, for comparison.
 REFERENCE = {
@@ -81,12 +82,6 @@ def machine_info():
             'os': platform.platform()}
 
 
-def _md_table(header, rows):
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---:' for _ in header) + '|']
-    lines += ['| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows]
-    return '\n'.join(lines)
-
-
 def _onednn(row):
     return 'on' if row.get('onednn', True) else 'off'
 
@@ -100,8 +95,9 @@ def _train_section(results):
                          '%.2f' % row['images_per_sec_global'], '%.0f' % row['step_time_ms'],
                          '%.2f' % (row['peak_host_memory_mb'] / 1024), reference[0] or '-',
                          reference[1] or '-'])
-    return _md_table(['global batch', 'oneDNN', 'images/s', 'ms/step', 'peak host GB',
-                      'automl images/s', 'automl peak GB'], rows)
+    header = ['global batch', 'oneDNN', 'images/s', 'ms/step', 'peak host GB',
+              'automl images/s', 'automl peak GB']
+    return bench.markdown_table(header, rows)
 
 
 def _infer_section(results):
@@ -113,15 +109,16 @@ def _infer_section(results):
                          '%.1f' % row['latency_p50_ms'], '%.1f' % row['latency_p90_ms'],
                          '%.1f' % row['latency_p95_ms'], '%.1f' % row['latency_p99_ms'],
                          '%.2f' % (row['peak_host_memory_mb'] / 1024)])
-    return _md_table(['batch', 'post-processing', 'oneDNN', 'images/s', 'latency avg ms',
-                      'p50 ms', 'p90 ms', 'p95 ms', 'p99 ms', 'peak host GB'], rows)
+    header = ['batch', 'post-processing', 'oneDNN', 'images/s', 'latency avg ms', 'p50 ms',
+              'p90 ms', 'p95 ms', 'p99 ms', 'peak host GB']
+    return bench.markdown_table(header, rows)
 
 
 def _input_section(result):
     keys = [k for k in sorted(result) if k not in ('bench', 'file_pattern')
             and not isinstance(result[k], (list, dict))]
-    return _md_table(keys, [[('%.2f' % result[k]) if isinstance(result[k], float)
-                             else result[k] for k in keys]])
+    return bench.markdown_table(keys, [[('%.2f' % result[k]) if isinstance(result[k], float)
+                                        else result[k] for k in keys]])
 
 
 def _measure(settings, records_dir):
@@ -197,10 +194,6 @@ def run_suite(output, quick=False):
     with tempfile.TemporaryDirectory(prefix='bench-suite-') as records_dir:
         runs = _measure(settings, records_dir)
     text = render(runs, info, settings)
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    temp = '%s.tmp-%d' % (output, os.getpid())
-    with open(temp, 'w') as f:
-        f.write(text)
-    os.replace(temp, output)
+    atomic_file.write_text_atomically(output, text)
     print(text)
     print(bench.RESULT_PREFIX + '{"bench": "suite", "output": "%s"}' % output, flush=True)

@@ -143,12 +143,6 @@ def decode_and_preprocess(encoded, config):
         encoded, config)
 
 
-def _flatten_levels(outputs, per_anchor):
-    batch = tf.shape(outputs[min(outputs)])[0]
-    return tf.concat([tf.reshape(tf.cast(outputs[level], tf.float32), [batch, -1, per_anchor])
-                      for level in sorted(outputs)], axis=1)
-
-
 def build_detector(net_images, image_scales, image_sizes, config, label_map, reuse=False):
     """Network + in-graph NMS on preprocessed images; returns {OUTPUT_KEYS + RAW_KEYS: tensor}.
 
@@ -177,8 +171,8 @@ def build_detector(net_images, image_scales, image_sizes, config, label_map, reu
         'detection_scores': tf.identity(detections[..., 5], name='detection_scores'),
         'detection_classes': tf.gather(table, labels, name='detection_classes'),
         'num_detections': tf.identity(num_detections, name='num_detections'),
-        'class_logits': _flatten_levels(class_outputs, config.num_classes),
-        'box_codes': _flatten_levels(box_outputs, 4),
+        'class_logits': postprocess.flatten_levels(class_outputs, config.num_classes),
+        'box_codes': postprocess.flatten_levels(box_outputs, 4),
         'image_scales': image_scales, 'image_sizes': image_sizes,
     }
 
@@ -242,16 +236,17 @@ def build_frozen_graph(spec, batch_size=None, encoded=False):
 
 
 class GraphPredictor:
-    """A session over a uint8-image input; `predict(images [B, H, W, 3])` -> numpy dict."""
+    """A session over the frozen inference graph; `predict(inputs)` -> numpy dict. inputs:
+    uint8 images [B, H, W, 3], or with encoded=True JPEG/PNG bytes [B]."""
 
-    def __init__(self, spec, batch_size=None, session_config=None):
-        self.graph, self.outputs = build_frozen_graph(spec, batch_size)
-        self.images = self.outputs.pop('inputs')
+    def __init__(self, spec, batch_size=None, session_config=None, encoded=False):
+        self.graph, self.outputs = build_frozen_graph(spec, batch_size, encoded)
+        self.inputs = self.outputs.pop('inputs')
         self.session = tf1.Session(graph=self.graph, config=session_config)
         self.graph.finalize()
 
-    def predict(self, images, keys=OUTPUT_KEYS):
-        return self.session.run({k: self.outputs[k] for k in keys}, {self.images: images})
+    def predict(self, inputs, keys=OUTPUT_KEYS):
+        return self.session.run({k: self.outputs[k] for k in keys}, {self.inputs: inputs})
 
     def close(self):
         self.session.close()

@@ -47,7 +47,8 @@ def generate_detections(class_outputs, box_outputs, anchor_boxes, image_ids, ima
         raise ValueError('NMS method %r is not one of %s' % (method, NMS_METHODS))
     if not score_thresh >= 0:
         raise ValueError('score_thresh must be >= 0, got %s' % score_thresh)
-    logits, codes = _flatten_levels(class_outputs, box_outputs, num_classes)
+    logits = flatten_levels(class_outputs, num_classes)
+    codes = flatten_levels(box_outputs, 4)
     anchor_boxes = tf.convert_to_tensor(anchor_boxes, tf.float32)
     if anchor_boxes.shape[0] is not None and codes.shape[1] is not None and (
         anchor_boxes.shape[0] != codes.shape[1]):
@@ -81,16 +82,12 @@ def _nms_settings(method, iou_thresh, score_thresh, sigma, max_output_size):
     return settings
 
 
-def _flatten_levels(class_outputs, box_outputs, num_classes):
-    """Levels -> logits float32 [B, N, C] and codes float32 [B, N, 4], anchor order."""
-    logits, codes = [], []
-    for level in sorted(class_outputs):
-        level_logits = tf.cast(class_outputs[level], tf.float32)
-        level_codes = tf.cast(box_outputs[level], tf.float32)
-        batch = tf.shape(level_logits)[0]
-        logits.append(tf.reshape(level_logits, [batch, -1, num_classes]))
-        codes.append(tf.reshape(level_codes, [batch, -1, 4]))
-    return tf.concat(logits, axis=1), tf.concat(codes, axis=1)
+def flatten_levels(outputs, per_anchor):
+    """{level: [B, h, w, A * per_anchor]} -> float32 [B, N, per_anchor], N = all levels'
+    h * w * A in anchor order (level, y, x, anchor)."""
+    batch = tf.shape(outputs[min(outputs)])[0]
+    return tf.concat([tf.reshape(tf.cast(outputs[level], tf.float32), [batch, -1, per_anchor])
+                      for level in sorted(outputs)], axis=1)
 
 
 def _candidates(logits, codes, anchor_boxes, num_classes, max_nms_inputs):

@@ -24,7 +24,9 @@ import sys
 
 from absl import app, flags
 
+import bench
 import profile_parts
+from hccl_config import atomic_file
 
 FLAGS = flags.FLAGS
 HOST_PLANE = '/host:CPU'
@@ -205,24 +207,17 @@ def _parallelism(ops, levels, wall_ps, op_ps, cores):
             'percent_of_wall_with_ops_running': busy, 'threads_with_ops': len(threads)}
 
 
-def _md_table(header, rows, text_columns=1):
-    """A markdown table; the first text_columns columns are left-aligned, the rest right."""
-    lines = ['| ' + ' | '.join(header) + ' |',
-             '|' + '|'.join(':---' if i < text_columns else '---:'
-                            for i in range(len(header))) + '|']
-    return '\n'.join(lines + ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows])
-
-
 def _step_section(summary):
     gap = summary['wall_ms_per_step'] - summary['session_run_ms_per_step']
     return ['## Time per training step', '',
             'Trace: `%s`; %d steps (from %s).' % (summary['trace'], summary['steps'],
                                                   summary['steps_from']), '',
-            _md_table(['per step', 'ms'], [
+            bench.markdown_table(['per step', 'ms'], [
                 ['wall time (window / steps)', '%.1f' % summary['wall_ms_per_step']],
                 ['inside Session.run', '%.1f' % summary['session_run_ms_per_step']],
                 ['between runs (Python, hooks)', '%.1f' % gap],
-                ['sum of op times (all threads)', '%.1f' % summary['op_ms_per_step']]])]
+                ['sum of op times (all threads)', '%.1f' % summary['op_ms_per_step']]],
+                text_columns=1)]
 
 
 def _op_type_section(summary, top):
@@ -235,7 +230,8 @@ def _op_type_section(summary, top):
                      '%.1f' % sum(t['ms_per_step'] for t in rest),
                      '%.1f' % sum(t['percent'] for t in rest)])
     return ['## Op time by op type (top %d)' % top, '',
-            _md_table(['op type', 'calls/step', 'ms/step', '% of op time'], rows)]
+            bench.markdown_table(['op type', 'calls/step', 'ms/step', '% of op time'], rows,
+                                 text_columns=1)]
 
 
 def _part_section(summary):
@@ -246,20 +242,20 @@ def _part_section(summary):
         groups[part['group']] = groups.get(part['group'], 0.0) + part['ms_per_step']
     rows.append(['**total**', '', '%.1f' % summary['op_ms_per_step'], '100.0'])
     return ['## Op time by model part', '',
-            _md_table(['pass', 'part', 'ms/step', '%'], rows, text_columns=2),
+            bench.markdown_table(['pass', 'part', 'ms/step', '%'], rows, text_columns=2),
             '', 'By pass: ' + ', '.join('%s %.1f ms' % item for item in groups.items()) + '.']
 
 
 def _parallelism_section(summary):
     par = summary['parallelism']
     running = par['percent_of_wall_with_ops_running']
-    return ['## Parallelism', '', _md_table(['measure', 'value'], [
+    return ['## Parallelism', '', bench.markdown_table(['measure', 'value'], [
         ['threads that ran ops', par['threads_with_ops']],
         ['op time / wall time (mean ops in flight)', '%.2f' % par['ops_in_flight_mean']],
         ['... as a share of %d cores' % par['cores'], '%.0f%%' % par['core_share_percent']],
         ['wall time with no op running', '%.1f%%' % running['0']],
         ['wall time with 1 op running', '%.1f%%' % running['1']],
-        ['wall time with 2+ ops running', '%.1f%%' % running['2+']]]), '',
+        ['wall time with 2+ ops running', '%.1f%%' % running['2+']]], text_columns=1), '',
         'Op times are wall times on the thread that ran the op; oneDNN / Eigen worker '
         'threads inside an op are not traced, so the core share is a lower bound for ops '
         'that parallelise internally and an upper bound when ops compete for cores.']
@@ -274,10 +270,7 @@ def render(summary, top=20):
 
 def write_json(summary, path):
     """Writes atomically: a reader never sees half a file."""
-    temp = '%s.tmp-%d' % (path, os.getpid())
-    with open(temp, 'w') as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
-    os.replace(temp, path)
+    atomic_file.write_text_atomically(path, json.dumps(summary, indent=1, sort_keys=True))
 
 
 def main(argv):

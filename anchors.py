@@ -5,7 +5,8 @@ ordered by level, then y, then x, then (octave scale, aspect ratio) with the
 octave outer, so anchor index a = octave * len(aspect_ratios) + ratio_index.
 At level l the stride is 2**l, centres sit at stride/2 + i*stride, the base size
 is anchor_scale * stride * 2**(octave / num_scales), and an aspect ratio r
-(width / height) gives width = base*sqrt(r), height = base/sqrt(r).
+(width / height) gives width = base*sqrt(r), height = base/sqrt(r); an (x, y) pair, as
+google/automl also accepts, gives width = base*x, height = base*y.
 """
 
 import functools
@@ -13,7 +14,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-import box_ops
+from modeling import box_ops
 
 # Anchor state codes in cls_targets (positives carry their class index >= 0).
 NEGATIVE = -1
@@ -54,7 +55,8 @@ def generate_anchor_boxes(image_height, image_width, min_level, max_level,
       image_height, image_width: network input size in pixels.
       min_level, max_level: pyramid levels (inclusive).
       num_scales: octave scales per location (2**(k / num_scales), k < num_scales).
-      aspect_ratios: sequence of width / height ratios, e.g. [1.0, 2.0, 0.5].
+      aspect_ratios: sequence of width / height ratios, e.g. [1.0, 2.0, 0.5, 0.25], or of
+        automl's (x, y) pairs of width and height multipliers, e.g. [(1.4, 0.7)]; may mix.
       anchor_scale: base anchor size in units of the level stride.
 
     Returns:
@@ -63,7 +65,17 @@ def generate_anchor_boxes(image_height, image_width, min_level, max_level,
     """
     return _anchor_boxes_cached(int(image_height), int(image_width), int(min_level),
                                 int(max_level), int(num_scales),
-                                tuple(float(r) for r in aspect_ratios), float(anchor_scale))
+                                tuple(_ratio_key(r) for r in aspect_ratios), float(anchor_scale))
+
+
+def _ratio_key(ratio):
+    """Hashable form of one aspect ratio: a float (width / height) or an (x, y) tuple."""
+    if isinstance(ratio, (list, tuple, np.ndarray)):
+        if len(ratio) != 2:
+            raise ValueError('an aspect ratio is a number (width / height) or an (x, y) pair, '
+                             'got %r' % (ratio,))
+        return (float(ratio[0]), float(ratio[1]))
+    return float(ratio)
 
 
 @functools.lru_cache(maxsize=32)
@@ -88,12 +100,15 @@ def _level_anchor_boxes(image_height, image_width, shape, num_scales,
     for octave in range(num_scales):
         octave_scale = 2.0 ** (octave / num_scales)
         for ratio in aspect_ratios:
-            if ratio <= 0:
-                raise ValueError('aspect_ratios must be positive (width / height), got %s'
-                                 % (aspect_ratios,))
+            if np.min(ratio) <= 0:
+                raise ValueError('aspect_ratios must be positive (width / height, or (x, y) '
+                                 'pairs), got %s' % (aspect_ratios,))
             base_y = anchor_scale * stride_y * octave_scale
             base_x = anchor_scale * stride_x * octave_scale
-            half_sizes.append((base_y / np.sqrt(ratio) / 2.0, base_x * np.sqrt(ratio) / 2.0))
+            if isinstance(ratio, tuple):  # automl's (x, y): width and height multipliers.
+                half_sizes.append((base_y * ratio[1] / 2.0, base_x * ratio[0] / 2.0))
+            else:
+                half_sizes.append((base_y / np.sqrt(ratio) / 2.0, base_x * np.sqrt(ratio) / 2.0))
     half_sizes = np.array(half_sizes, dtype=np.float64)          # [A, 2]
     centre_y = stride_y / 2.0 + np.arange(height) * stride_y     # [h]
     centre_x = stride_x / 2.0 + np.arange(width) * stride_x      # [w]

@@ -13,14 +13,14 @@ result and metric. COCO JSON boxes are [x, y, width, height]; conversion happens
 
 import contextlib
 import io
-import json
 import math
 import os
-import tempfile
 
 import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
+
+from runtime import atomic_file
 
 # Order and meaning of COCOeval.stats.
 METRIC_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
@@ -289,7 +289,7 @@ def _category_ap(coco_eval, category_id):
 def _write_testdev(results, testdev_dir, name):
     """Writes the COCO results list for the test-dev server; returns its path."""
     path = os.path.join(testdev_dir, f'detections_test-dev2017_{name}_results.json')
-    _atomic_write_json(path, results)
+    atomic_file.write_json_atomically(path, results, allow_nan=False)
     return path
 
 
@@ -325,20 +325,6 @@ def _json_value(value):
     return value if math.isfinite(value) else None
 
 
-def _atomic_write_json(path, obj):
-    """Writes `obj` as JSON to `path` through a temporary file and os.replace."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, tmp_path = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.json')
-    try:
-        with os.fdopen(handle, 'w') as tmp_file:
-            json.dump(obj, tmp_file, indent=1, allow_nan=False)
-        os.replace(tmp_path, path)
-    except BaseException:
-        os.unlink(tmp_path)
-        raise
-
-
 def write_metrics_json(metrics, model_dir, step):
     """Writes model_dir/eval/metrics-<step>.json and model_dir/eval/metrics_latest.json.
 
@@ -349,6 +335,7 @@ def write_metrics_json(metrics, model_dir, step):
                'metrics': {str(name): _json_value(value) for name, value in metrics.items()}}
     eval_dir = os.path.join(model_dir, 'eval')
     step_path = os.path.join(eval_dir, f'metrics-{int(step)}.json')
-    _atomic_write_json(step_path, payload)
-    _atomic_write_json(os.path.join(eval_dir, 'metrics_latest.json'), payload)
+    atomic_file.write_json_atomically(step_path, payload, allow_nan=False)
+    atomic_file.write_json_atomically(os.path.join(eval_dir, 'metrics_latest.json'), payload,
+                                      allow_nan=False)
     return step_path

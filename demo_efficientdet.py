@@ -1,19 +1,21 @@
-"""Launches main.py: as one process, on one box under mpirun, on many boxes, or in a Kubeflow
-MPIJob launcher pod.
+"""Launches main.py: as one process, on one box under mpirun, on many boxes, in a Kubeflow
+MPIJob launcher pod, or as a rank that mpirun started (Habana's MPIJob style).
 
     python demo_efficientdet.py [--use_horovod N] [--hls_type HLS1|HLS1-H|HLS2]
         [--kubernetes_run] [--dry_run] [--main_script PATH] <main.py flags>
 
 Only the launcher's own flags are read here; every other argument reaches main.py unchanged and
 in order. main.py is not told it runs distributed by a flag: it sees OMPI_COMM_WORLD_SIZE > 1 and
-initialises Horovod itself. Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT,
-MPI_TCP_INCLUDE, MPI_MAP_BY, HCL_PORT, HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and
-OMPI_MCA_orte_default_hostfile (see k8s/README.md and the project README).
+initialises Horovod itself. When this program finds itself started by mpirun (OMPI_COMM_WORLD_SIZE,
+PMI_SIZE, ... in its environment), as in `mpirun -np 16 python demo_efficientdet.py --use_horovod 8
+--kubernetes_run=True ...`, it becomes main.py in the same process and never starts mpirun.
+Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT, MPI_TCP_INCLUDE, MPI_ROOT, MPI_MAP_BY,
+HCL_PORT, HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and OMPI_MCA_orte_default_hostfile (see
+k8s/README.md and the project README).
 """
 
 import dataclasses
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -22,42 +24,25 @@ import sys
 import tempfile
 
 import hccl_config
-from hccl_config import ClusterConfigError, Host
+from hccl_config import (ClusterConfigError, Host, LaunchError, LauncherArgs,  # noqa: F401
+                         exported_names, model_dir_from, parse_launcher_argv)
+from training import legacy_flags
 
 USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --helpfull>
   --use_horovod N   ranks per box, run under mpirun (N >= 1)
   --hls_type T      box type for the HCL config: HLS1 (8 Gaudi), HLS1-H (4), HLS2 (8 Gaudi2)
-  --kubernetes_run  run inside an MPIJob launcher pod (hostfile from the mpi-operator)
+  --kubernetes_run  run inside an MPIJob launcher pod (hostfile from the mpi-operator); under
+                    mpirun (a rank of Habana's MPIJob style) main.py runs in this process
   --dry_run         print the command, HCL config and hostfile; launch nothing
   --main_script P   entry point to launch (default: main.py beside this file)
-  --                everything after it goes to main.py, even launcher flag names"""
+  --                everything after it goes to main.py, even launcher flag names
+main.py's --dump_all_ranks also makes mpirun write each rank's output to
+<model_dir>/rank_logs/1/rank.<r>/stdout."""
 
-_BOOL_FLAGS = ("kubernetes_run", "dry_run")
-_VALUE_FLAGS = ("use_horovod", "hls_type", "main_script")
-_TRUE_WORDS = ("true", "t", "1")
-_FALSE_WORDS = ("false", "f", "0")
-_BOOLEAN_LOOKING = _TRUE_WORDS + _FALSE_WORDS + ("yes", "no", "y", "n")
-_FLAG = re.compile(r"--?([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", re.DOTALL)
-_EXPORTED_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
-                   "HCL_CONFIG_PATH")
-_EXPORTED_PREFIXES = ("TF_", "HOROVOD_", "HABANA_", "HCL_", "HCCL_")
 _DEFAULT_K8S_HOSTFILE = "/etc/mpi/hostfile"
 _DEFAULT_SSHD_PORT = 3022
 _PROGRAM = "demo_efficientdet.py"
-
-
-class LaunchError(ValueError):
-    """A launcher flag or environment setting is wrong; the message names it and the fix."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LauncherArgs:
-    use_horovod: int | None = None
-    hls_type: str = hccl_config.DEFAULT_HLS_TYPE
-    kubernetes_run: bool = False
-    dry_run: bool = False
-    main_script: str | None = None
-    show_help: bool = False
+RANK_LOG_DIR = "rank_logs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,86 +64,6 @@ class Launch:
         return self.command[:1] == ["mpirun"]
 
 
-def parse_launcher_argv(argv):
-    """Splits `argv` (without the program name) into LauncherArgs and the args for main.py.
-
-    Flags are written as absl writes them: `--flag=value`, `--flag value`, one or two dashes,
-    booleans as `--flag`, `--flag=true|false|t|f|1|0` or `--noflag`. `--flag false` is refused:
-    absl's FLAGS(argv, known_only=True) reads it as --flag=true and passes `false` on to main.py
-    as a positional, which is why this exact parser is used instead.
-    """
-    values, forwarded, index = {}, [], 0
-    while index < len(argv):
-        arg = argv[index]
-        index += 1
-        match = _FLAG.fullmatch(arg)
-        name, value = (match.group(1), match.group(2)) if match else (None, None)
-        if arg == "--":
-            forwarded.extend(argv[index:])
-            break
-        if name in ("help", "h"):
-            values["show_help"] = True
-        elif name in _BOOL_FLAGS or (name or "").removeprefix("no") in _BOOL_FLAGS:
-            flag, setting = _parse_boolean(arg, name, value, argv[index:index + 1])
-            values[flag] = setting
-        elif name in _VALUE_FLAGS:
-            if value is None:
-                if index == len(argv):
-                    raise LaunchError(f"--{name} needs a value, as in --{name}=VALUE")
-                value, index = argv[index], index + 1
-            values[name] = value
-        else:
-            forwarded.append(arg)
-    return _check_launcher_values(values), forwarded
-
-
-def _parse_boolean(arg, name, value, next_args):
-    flag = name if name in _BOOL_FLAGS else name.removeprefix("no")
-    spelled_out = f"write --{flag}=true or --{flag}=false"
-    if value is not None:
-        if flag != name:
-            raise LaunchError(f"{arg!r}: --no{flag} takes no value; {spelled_out}")
-        if value.lower() in _TRUE_WORDS + _FALSE_WORDS:
-            return flag, value.lower() in _TRUE_WORDS
-        raise LaunchError(f"{arg!r}: --{flag} is true or false; {spelled_out}")
-    if next_args and next_args[0].lower() in _BOOLEAN_LOOKING:
-        raise LaunchError(f"'{arg} {next_args[0]}' is ambiguous: a boolean flag takes no "
-                          f"separate value; {spelled_out}")
-    return flag, flag == name
-
-
-def _check_launcher_values(values):
-    ranks = values.get("use_horovod")
-    if ranks is not None:
-        if not re.fullmatch(r"[0-9]+", ranks) or int(ranks) < 1:
-            raise LaunchError(f"--use_horovod={ranks!r} is not a rank count; give the number of "
-                              f"ranks per box as a positive integer, e.g. --use_horovod 8")
-        values["use_horovod"] = int(ranks)
-    if "hls_type" in values:
-        hccl_config.check_hls_type(values["hls_type"])
-    return LauncherArgs(**values)
-
-
-def model_dir_from(forwarded):
-    """The last --model_dir given to main.py (absl: the last one wins), or None."""
-    model_dir = None
-    for index, arg in enumerate(forwarded):
-        match = re.fullmatch(r"--?model_dir(?:=(.*))?", arg, re.DOTALL)
-        if match and match.group(1) is not None:
-            model_dir = match.group(1)
-        elif match and index + 1 < len(forwarded):
-            model_dir = forwarded[index + 1]
-    return model_dir
-
-
-def exported_names(env):
-    """Names passed to the ranks with `-x`: the fixed list, then prefixed names, if set."""
-    fixed = [name for name in _EXPORTED_NAMES if name in env]
-    prefixed = sorted(name for name in env
-                      if name.startswith(_EXPORTED_PREFIXES) and name not in fixed)
-    return fixed + prefixed
-
-
 @dataclasses.dataclass(frozen=True)
 class _Site:
     """Where the ranks run: hosts in rank order and the hostfile telling mpirun so."""
@@ -173,13 +78,18 @@ def _single_box_site(args):
     return _Site([Host("localhost", args.use_horovod)])
 
 
-def _multi_box_site(args, environ, work_dir):
+def _multi_box_site(args, environ, work_dir, deduce_network):
+    """Boxes of MULTI_HLS_IPS reached over ssh on DOCKER_SSHD_PORT, as Habana's scripts do:
+    the network is MPI_TCP_INCLUDE or deduced, Open MPI's install is MPI_ROOT (--prefix)."""
     hosts = hccl_config.hosts_from_ip_list(environ["MULTI_HLS_IPS"], args.use_horovod)
     port_text = environ.get("DOCKER_SSHD_PORT")
     port = (hccl_config.parse_port(port_text, "DOCKER_SSHD_PORT") if port_text
             else _DEFAULT_SSHD_PORT)
+    network = hccl_config.tcp_include_flags(environ, [host.name for host in hosts],
+                                            deduce_network)
+    flags = ("--mca", "plm_rsh_args", f"-p {port}", *network, *hccl_config.prefix_flags(environ))
     return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{len(hosts) * args.use_horovod}"),
-                 hccl_config.format_hostfile(hosts), True, ("--mca", "plm_rsh_args", f"-p {port}"))
+                 hccl_config.format_hostfile(hosts), True, flags)
 
 
 def _kubernetes_site(args, environ, work_dir):
@@ -195,31 +105,28 @@ def _kubernetes_site(args, environ, work_dir):
             raise LaunchError(f"--use_horovod {args.use_horovod} disagrees with hostfile "
                               f"{path!r} ({host.name} slots={host.slots}); drop --use_horovod "
                               f"or set slotsPerWorker: {args.use_horovod} in the MPIJob")
+    # The operator sets up how mpirun reaches the workers; only what the user asks for is added.
+    network = (hccl_config.tcp_include_flags(environ, []) if environ.get("MPI_TCP_INCLUDE")
+               else [])
+    flags = (*network, *hccl_config.prefix_flags(environ))
     if all(host.slots is not None for host in hosts):
-        return _Site(hosts, path, text)
+        return _Site(hosts, path, text, flags=flags)
     # Bare lines get explicit slots so Open MPI places ranks exactly as HCL_RANKS says.
     hosts = [Host(host.name, host.slots or args.use_horovod) for host in hosts]
     total = sum(host.slots for host in hosts)
     return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{total}"),
-                 hccl_config.format_hostfile(hosts), True)
+                 hccl_config.format_hostfile(hosts), True, flags)
 
 
-def _site(args, environ, work_dir):
+def _site(args, environ, work_dir, deduce_network):
     if args.kubernetes_run:
         if environ.get("MULTI_HLS_IPS"):
             raise LaunchError("MULTI_HLS_IPS is set together with --kubernetes_run; in an MPIJob "
                               "the hosts come from the operator's hostfile: unset MULTI_HLS_IPS")
         return _kubernetes_site(args, environ, work_dir)
     if environ.get("MULTI_HLS_IPS", "").strip():
-        return _multi_box_site(args, environ, work_dir)
+        return _multi_box_site(args, environ, work_dir, deduce_network)
     return _single_box_site(args)
-
-
-def _tcp_include_flags(environ):
-    interface = environ.get("MPI_TCP_INCLUDE")
-    if not interface:
-        return []
-    return ["--mca", "btl_tcp_if_include", interface, "--mca", "oob_tcp_if_include", interface]
 
 
 def _hcl_setup(hosts, args, environ, work_dir):
@@ -255,23 +162,32 @@ def _layout_warnings(args, hosts, environ, forwarded, hcl_path):
     return warnings
 
 
-def _mpirun_command(site, placement, oversubscribe, environ, env):
+def _output_flags(forwarded, work_dir):
+    """main.py's --dump_all_ranks: each rank's output also goes to its own file,
+    <work_dir>/rank_logs/1/rank.<r>/stdout (Open MPI 4 layout; stderr merged in)."""
+    if not hccl_config.forwarded_boolean(forwarded, "dump_all_ranks"):
+        return []
+    return ["--output-filename", os.path.join(work_dir, RANK_LOG_DIR)]
+
+
+def _mpirun_command(site, placement, oversubscribe, output, env):
     command = ["mpirun", "--allow-run-as-root", "--tag-output", "--merge-stderr-to-stdout",
                *placement, *(["--oversubscribe"] if oversubscribe else []),
                "-np", str(sum(host.slots for host in site.hosts))]
     if site.hostfile is not None:
-        command += ["--hostfile", site.hostfile, *site.flags, *_tcp_include_flags(environ)]
+        command += ["--hostfile", site.hostfile, *site.flags]
+    command += output
     for name in exported_names(env):
         command += ["-x", name]
     return command
 
 
-def _mpi_launch(args, forwarded, program, environ, cores):
+def _mpi_launch(args, forwarded, program, environ, cores, deduce_network):
     if not shutil.which("mpirun", path=environ.get("PATH", os.defpath)):
         raise LaunchError("mpirun not found on PATH; install Open MPI (apt-get install "
                           "openmpi-bin) or add its bin directory to PATH")
     work_dir = _work_dir(forwarded)
-    site = _site(args, environ, work_dir)
+    site = _site(args, environ, work_dir, deduce_network)
     hcl_path, hcl_config, files = _hcl_setup(site.hosts, args, environ, work_dir)
     if site.write_hostfile:
         files += ((site.hostfile, site.hostfile_text),)
@@ -282,19 +198,36 @@ def _mpi_launch(args, forwarded, program, environ, cores):
     placement, warning = hccl_config.placement_flags(map_by, ranks_per_box, cores)
     # Without a hostfile Open MPI allows one rank per core; a hostfile's slots= lift that.
     oversubscribe = site.hostfile is None and ranks_per_box > cores
-    command = _mpirun_command(site, placement, oversubscribe, environ, env)
+    command = _mpirun_command(site, placement, oversubscribe, _output_flags(forwarded, work_dir),
+                              env)
     warnings = ([warning] if warning else []) + _layout_warnings(args, site.hosts, environ,
                                                                  forwarded, hcl_path)
     return Launch(command + program, env, hcl_config, hcl_path, site.hostfile, site.hostfile_text,
                   files, tuple(warnings), args.dry_run)
 
 
-def build_launch(argv, environ, *, cores=None, python=None):
+def _rank_launch(args, program, environ, ranks):
+    """mpirun started this process as one of its ranks (Habana's MPIJob style: the launcher pod
+    runs `mpirun ... python demo_efficientdet.py --use_horovod 8 --kubernetes_run=True ...`):
+    main.py replaces it, with the environment as given (HCL_CONFIG_PATH and the operator's
+    variables included). Starting mpirun again from a rank would nest jobs."""
+    if ranks.world_size is not None:
+        try:
+            legacy_flags.check_world_size(args.use_horovod, ranks.world_size,
+                                          ranks_per_box=ranks.ranks_per_box)
+        except legacy_flags.WorldSizeError as error:
+            raise LaunchError(str(error)) from None
+    return Launch(program, dict(environ), dry_run=args.dry_run)
+
+
+def build_launch(argv, environ, *, cores=None, python=None, deduce_network=None):
     """The Launch for `argv` (the arguments after the program name) in `environ`.
 
     Pure: reads the environment, the hostfile and an existing HCL config but writes nothing.
-    `cores` (physical cores per box) and `python` (the interpreter running main.py) default to
-    this machine's count and sys.executable. Raises LaunchError or ClusterConfigError.
+    `cores` (physical cores per box), `python` (the interpreter running main.py) and
+    `deduce_network` (host names -> subnet, used for MULTI_HLS_IPS without MPI_TCP_INCLUDE)
+    default to this machine's count, sys.executable and hccl_config.deduce_tcp_include.
+    Raises LaunchError or ClusterConfigError.
     """
     args, forwarded = parse_launcher_argv(argv)
     if args.show_help:
@@ -305,12 +238,16 @@ def build_launch(argv, environ, *, cores=None, python=None):
         raise LaunchError(f"--main_script={main_script!r} does not exist; pass the training "
                           f"entry point (default: main.py beside {_PROGRAM})")
     program = [python or sys.executable, main_script, *forwarded]
+    ranks = hccl_config.rank_env(environ)
+    if ranks is not None:
+        return _rank_launch(args, program, environ, ranks)
     if args.use_horovod is None and not args.kubernetes_run:
         warnings = (("MULTI_HLS_IPS has no effect without --use_horovod N",)
                     if environ.get("MULTI_HLS_IPS") else ())
         return Launch(program, dict(environ), warnings=warnings, dry_run=args.dry_run)
     cores = cores or hccl_config.count_physical_cores()
-    return _mpi_launch(args, forwarded, program, environ, cores)
+    return _mpi_launch(args, forwarded, program, environ, cores,
+                       deduce_network or hccl_config.deduce_tcp_include)
 
 
 def describe(launch):

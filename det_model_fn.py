@@ -17,10 +17,11 @@ import tensorflow as tf
 import anchors
 import efficientdet_arch
 import hparams_config
-import losses
-import postprocess
-import runtime
-import warm_start
+from modeling import losses
+from modeling import postprocess
+from runtime import distributed
+from training import checkpoints
+from training import warm_start
 
 tf1 = tf.compat.v1
 
@@ -29,7 +30,7 @@ tf1 = tf.compat.v1
 PREDICT_PASSTHROUGH = ('source_ids', 'image_scales', 'image_sizes', 'groundtruth_data')
 # Scalars the training log reads, in this order, from the graph collection of that name.
 TRAIN_LOG_COLLECTION = 'train_log_scalars'
-# [finite (bool), total loss]: read by train_hooks.FiniteGuardHook.
+# [finite (bool), total loss]: read by training.hooks.FiniteGuardHook.
 FINITE_GUARD_COLLECTION = 'finite_guard'
 TRAIN_LOG_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss', 'learning_rate',
                   'grad_norm')
@@ -71,7 +72,7 @@ def _build_network(features, params, is_training):
     config = hparams_config.Config(
         {k: v for k, v in params.items() if k in hparams_config.get_efficientdet_config().keys()})
     images = features['images'] if isinstance(features, dict) else features
-    allreduce = runtime.allreduce_mean if params.get('sync_batch_norm') else None
+    allreduce = distributed.allreduce_mean if params.get('sync_batch_norm') else None
     return efficientdet_arch.build_model(
         images, config, is_training=is_training, allreduce_mean_fn=allreduce,
         compute_dtype=params.get('compute_dtype', 'float32'))
@@ -79,17 +80,15 @@ def _build_network(features, params, is_training):
 
 def _anchor_boxes(params):
     height, width = hparams_config.parse_image_size(params['image_size'])
-    return anchors.generate_anchor_boxes(
-        height, width, params['min_level'], params['max_level'], params['num_scales'],
-        params['aspect_ratios'], params['anchor_scale'])
+    return anchors.generate_anchor_boxes(height, width, **hparams_config.anchor_settings(params))
 
 
 def _detection_losses(class_outputs, box_outputs, labels, params):
     levels = range(params['min_level'], params['max_level'] + 1)
     num_positives_sum = tf.reduce_sum(labels['num_positives'])
-    if runtime.is_distributed():
+    if distributed.is_distributed():
         # Every rank normalises by the same count: the mean over ranks of the per-rank sums.
-        num_positives_sum = runtime.allreduce_mean(num_positives_sum)
+        num_positives_sum = distributed.allreduce_mean(num_positives_sum)
     return losses.detection_loss(
         class_outputs, box_outputs,
         {l: labels['cls_targets_%d' % l] for l in levels},
@@ -97,7 +96,7 @@ def _detection_losses(class_outputs, box_outputs, labels, params):
         labels['num_positives'],
         normalizer=num_positives_sum + 1.0,
         num_classes=params['num_classes'],
-        anchors_per_location=params['num_scales'] * len(params['aspect_ratios']),
+        anchors_per_location=hparams_config.anchors_per_location(params),
         alpha=params['alpha'], gamma=params['gamma'], delta=params['delta'],
         box_loss_weight=params['box_loss_weight'], label_smoothing=params['label_smoothing'],
         iou_loss_type=params['iou_loss_type'], iou_loss_weight=params['iou_loss_weight'],
@@ -111,19 +110,12 @@ def _weight_decay_loss(weight_decay):
     return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in kernels])
 
 
-def ema_variables():
-    """Trainable variables plus batch-norm moving statistics: what the EMA tracks."""
-    moving = [v for v in tf1.global_variables()
-              if v.name.split('/')[-1].startswith(('moving_mean', 'moving_variance'))]
-    return list(tf1.trainable_variables()) + moving
-
-
 def _optimizer(params, learning_rate):
     if params['optimizer'] == 'adam':
         optimizer = tf1.train.AdamOptimizer(learning_rate)
     else:
         optimizer = tf1.train.MomentumOptimizer(learning_rate, momentum=params['momentum'])
-    return runtime.distributed_optimizer(optimizer)
+    return distributed.distributed_optimizer(optimizer)
 
 
 def _train_op(total_loss, params, learning_rate):
@@ -148,7 +140,7 @@ def _train_op(total_loss, params, learning_rate):
         with tf.control_dependencies([step]):
             ema = tf1.train.ExponentialMovingAverage(params['moving_average_decay'],
                                                      num_updates=global_step)
-            return tf.group(ema.apply(ema_variables()))
+            return tf.group(ema.apply(checkpoints.ema_variables()))
 
     # Build the EMA slots outside the cond so they exist for savers; cond picks the branch.
     train_op = tf.cond(finite, lambda: _as_bool(apply()), lambda: tf.constant(False))
@@ -162,13 +154,11 @@ def _as_bool(op):
 
 def _ema_scaffold(params):
     """A Scaffold whose saver loads the EMA shadow values into the model variables."""
-    ema = tf1.train.ExponentialMovingAverage(params['moving_average_decay'])
-    variables = ema.variables_to_restore(ema_variables())
-    return tf1.train.Scaffold(saver=tf1.train.Saver(variables, sharded=True))
+    return tf1.train.Scaffold(saver=checkpoints.ema_restore_saver(
+        params['moving_average_decay'], sharded=True))
 
 
 def _predict_spec(features, class_outputs, box_outputs, params):
-    nms = params['nms_configs']
     height, width = hparams_config.parse_image_size(params['image_size'])
     batch = tf.shape(features['images'])[0]
     image_ids = features.get('source_ids', tf.zeros([batch], tf.int64))
@@ -176,9 +166,7 @@ def _predict_spec(features, class_outputs, box_outputs, params):
     sizes = features.get('image_sizes', tf.tile([[height, width]], [batch, 1]))
     detections, num_detections = postprocess.generate_detections(
         class_outputs, box_outputs, _anchor_boxes(params), image_ids, scales, sizes,
-        num_classes=params['num_classes'], method=nms['method'],
-        iou_thresh=nms['iou_thresh'], score_thresh=nms['score_thresh'], sigma=nms['sigma'],
-        max_nms_inputs=nms['max_nms_inputs'], max_output_size=nms['max_output_size'])
+        num_classes=params['num_classes'], **hparams_config.nms_settings(params))
     predictions = {'detections': detections, 'num_detections': num_detections}
     for key in PREDICT_PASSTHROUGH:
         if key in features:
@@ -223,4 +211,4 @@ def model_fn(features, labels, mode, params):
         tf1.add_to_collection(TRAIN_LOG_COLLECTION, tf.cast(logged[name], tf.float32))
     return tf1.estimator.EstimatorSpec(
         mode, loss=total_loss, train_op=train_op,
-        training_hooks=runtime.broadcast_hook())
+        training_hooks=distributed.broadcast_hook())

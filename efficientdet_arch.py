@@ -18,9 +18,9 @@ import functools
 
 import tensorflow as tf
 
-import fpn_configs
+from modeling import fpn_configs
 import hparams_config
-import nn_layers
+from modeling import nn_layers
 from backbone import efficientnet_builder
 
 tf1 = tf.compat.v1
@@ -273,7 +273,7 @@ def build_model(images, config, is_training, allreduce_mean_fn=None, compute_dty
             config.fpn_weight_method, config.separable_conv, config.apply_bn_for_resampling,
             config.conv_after_downsample, config.conv_bn_act_pattern)
         class_outputs, box_outputs = build_heads(
-            feats, config.num_classes, config.num_scales * len(config.aspect_ratios),
+            feats, config.num_classes, hparams_config.anchors_per_location(config),
             config.fpn_num_filters, config.box_class_repeats, norm_fn, config.act_type,
             config.separable_conv)
     return ({level: tf.cast(t, tf.float32) for level, t in class_outputs.items()},

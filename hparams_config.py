@@ -27,7 +27,6 @@ _DEFAULTS = {
     'batch_norm_momentum': 0.99,
     'batch_norm_epsilon': 1e-3,
     'sync_batch_norm': False,  # Average batch-norm moments across Horovod ranks.
-    'fpn_name': 'bifpn',
     'fpn_num_filters': 64,
     'fpn_cell_repeats': 3,
     'fpn_weight_method': 'fastattn',  # 'fastattn' | 'attn' | 'sum'.
@@ -114,7 +113,6 @@ MODEL_VARIANTS = {
 
 _CHOICES = {
     'act_type': ('swish', 'relu', 'relu6'),
-    'fpn_name': ('bifpn',),
     'fpn_weight_method': ('fastattn', 'attn', 'sum'),
     'iou_loss_type': ('none', 'iou', 'giou', 'diou', 'ciou'),
     'optimizer': ('sgd', 'adam'),
@@ -139,6 +137,8 @@ def _check_value(key, default, value):
     """Returns `value` coerced to the type of `default`, or raises ConfigError."""
     if key.endswith('image_size'):
         return _check_image_size(value)
+    if key == 'aspect_ratios[]':
+        return _check_aspect_ratio(value)
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -174,7 +174,25 @@ def _check_value(key, default, value):
     raise ConfigError('%s cannot be overridden' % key)
 
 
+def _check_aspect_ratio(value):
+    """One anchor aspect ratio: a number (width / height, e.g. 2.0) or, as google/automl also
+    accepts, an [x, y] pair of width and height multipliers (e.g. [1.4, 0.7]), kept as a list
+    so the config stays YAML."""
+    def is_positive_number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    if is_positive_number(value):
+        return float(value)
+    if (isinstance(value, (list, tuple)) and len(value) == 2
+            and all(map(is_positive_number, value))):
+        return [float(v) for v in value]
+    raise ConfigError('aspect_ratios entries must be positive numbers (width / height, e.g. '
+                      '[1.0, 2.0, 0.5, 0.25]) or [x, y] pairs (e.g. [[1.4, 0.7], [0.7, 1.4]]), '
+                      'got %r' % (value,))
+
+
 def _check_image_size(value):
+    if isinstance(value, str) and value.strip().isdigit():  # A tool's --image_size=512.
+        value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     if isinstance(value, str) and _IMAGE_SIZE_RE.match(value):
@@ -222,11 +240,12 @@ def parse_override_string(text):
     return result
 
 
-def _flatten(mapping, prefix=''):
+def flatten_keys(mapping, prefix=''):
+    """{'a': {'b': 1}} -> {'a.b': 1}."""
     flat = {}
     for key, value in mapping.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, prefix + key + '.'))
+            flat.update(flatten_keys(value, prefix + key + '.'))
         else:
             flat[prefix + key] = value
     return flat
@@ -276,7 +295,7 @@ class Config:
         if isinstance(overrides, str):
             overrides = (load_yaml(overrides) if is_yaml_path(overrides)
                          else parse_override_string(overrides))
-        for key, value in _flatten(dict(overrides)).items():
+        for key, value in flatten_keys(dict(overrides)).items():
             self._set_dotted(key, value)
         return self
 
@@ -328,6 +347,23 @@ def load_yaml(path):
         raise ConfigError('hparams file %s must hold a mapping of key: value, got %s' % (
             path, type(data).__name__))
     return data
+
+
+def anchor_settings(config):
+    """anchors.generate_anchor_boxes' keyword arguments from a Config or a params dict."""
+    return {key: config[key] for key in
+            ('min_level', 'max_level', 'num_scales', 'aspect_ratios', 'anchor_scale')}
+
+
+def anchors_per_location(config):
+    return config['num_scales'] * len(config['aspect_ratios'])
+
+
+def nms_settings(config):
+    """postprocess.generate_detections' NMS keyword arguments from a Config or params dict."""
+    nms = config['nms_configs']
+    return {key: nms[key] for key in
+            ('method', 'iou_thresh', 'score_thresh', 'sigma', 'max_nms_inputs', 'max_output_size')}
 
 
 def get_efficientdet_config(model_name='efficientdet-d0'):

@@ -21,26 +21,26 @@ from tensorflow.python.framework import ops as tf_ops  # get_stats_for_node_def:
 
 import efficientdet_arch
 import hparams_config
+from training import recipe
 
 tf1 = tf.compat.v1
 
-flags.DEFINE_string('model_name', 'efficientdet-d0', 'efficientdet-d0 .. efficientdet-d7x.')
-flags.DEFINE_string('image_size', None, "Square size (512) or 'WIDTHxHEIGHT' (640x384); "
-                    'default: the variant\'s size.')
-flags.DEFINE_string('hparams', '', "Overrides 'a=1,b=2' or a YAML file.")
-flags.DEFINE_integer('num_classes', None, 'Number of classes (default: the config, 90).')
 FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """Defined when model_inspect.py runs, so importing it defines nothing."""
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'efficientdet-d0 .. efficientdet-d7x.')
+    flags.DEFINE_string('image_size', None, "Square size (512) or 'WIDTHxHEIGHT' (640x384); "
+                        'default: the variant\'s size.')
+    flags.DEFINE_string('hparams', '', "Overrides 'a=1,b=2' and/or a YAML file.")
+    flags.DEFINE_integer('num_classes', None, 'Number of classes (default: the config, 90).')
 
 
 def resolve_config(model_name, image_size=None, hparams='', num_classes=None):
     """Variant defaults <- --hparams <- --image_size / --num_classes."""
-    config = hparams_config.get_efficientdet_config(model_name)
-    config.override(hparams or {})
-    if image_size is not None:
-        config.override({'image_size': int(image_size) if image_size.isdigit() else image_size})
-    if num_classes is not None:
-        config.num_classes = num_classes
-    return hparams_config.validate(config)
+    return recipe.resolve(model_name, hparams, image_size=image_size,
+                                  num_classes=num_classes)
 
 
 def count_trainable_params(graph):
@@ -103,4 +103,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+    define_flags()
     app.run(main)

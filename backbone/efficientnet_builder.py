@@ -26,19 +26,19 @@ B0_BLOCKS = (
     'r1_k3_s1_e6_i192_o320_se0.25',
 )
 STEM_FILTERS = 32
-HEAD_FILTERS = 1280  # Only for reference param counts: EfficientDet builds no head.
 DEPTH_DIVISOR = 8
 
-# name: (width_coefficient, depth_coefficient, resolution, dropout_rate)
+# name: (width_coefficient, depth_coefficient). The classifier's resolution and dropout are
+# not carried: EfficientDet builds neither the head nor the dropout.
 SCALING = {
-    'efficientnet-b0': (1.0, 1.0, 224, 0.2),
-    'efficientnet-b1': (1.0, 1.1, 240, 0.2),
-    'efficientnet-b2': (1.1, 1.2, 260, 0.3),
-    'efficientnet-b3': (1.2, 1.4, 300, 0.3),
-    'efficientnet-b4': (1.4, 1.8, 380, 0.4),
-    'efficientnet-b5': (1.6, 2.2, 456, 0.4),
-    'efficientnet-b6': (1.8, 2.6, 528, 0.5),
-    'efficientnet-b7': (2.0, 3.1, 600, 0.5),
+    'efficientnet-b0': (1.0, 1.0),
+    'efficientnet-b1': (1.0, 1.1),
+    'efficientnet-b2': (1.1, 1.2),
+    'efficientnet-b3': (1.2, 1.4),
+    'efficientnet-b4': (1.4, 1.8),
+    'efficientnet-b5': (1.6, 2.2),
+    'efficientnet-b6': (1.8, 2.6),
+    'efficientnet-b7': (2.0, 3.1),
 }
 
 _BLOCK_RE = re.compile(r'^r(\d+)_k(\d+)_s(\d+)_e(\d+)_i(\d+)_o(\d+)_se([\d.]+)(_noskip)?$')
@@ -70,7 +70,7 @@ def round_repeats(repeats, depth_coefficient):
 
 
 def scaling_coefficients(model_name):
-    """(width, depth, resolution, dropout) of 'efficientnet-bN'; unknown names list the valid."""
+    """(width, depth) of 'efficientnet-bN'; unknown names list the valid."""
     if model_name not in SCALING:
         raise ValueError('unknown backbone %r; valid: %s' % (model_name, ', '.join(SCALING)))
     return SCALING[model_name]
@@ -82,7 +82,7 @@ def scaled_blocks(model_name):
     Within a stage only the first block strides and changes width; the rest take the stage's
     output filters as input with stride 1.
     """
-    width, depth = scaling_coefficients(model_name)[:2]
+    width, depth = scaling_coefficients(model_name)
     blocks = []
     for stage in map(decode_block, B0_BLOCKS):
         stage = stage._replace(input_filters=round_filters(stage.input_filters, width),

@@ -13,7 +13,7 @@ into this backbone by name.
 """
 import tensorflow as tf
 
-import nn_layers
+from modeling import nn_layers
 
 tf1 = tf.compat.v1
 

@@ -17,7 +17,6 @@ Images are stored as RGB JPEG: baseline RGB JPEGs byte for byte, all else re-enc
 (dataset/image_codec.py). Category and image ids may be any integers.
 """
 import dataclasses
-import json
 import multiprocessing
 import os
 import re
@@ -38,6 +37,7 @@ from dataset import tfrecord_format
 from dataset.coco_annotations import ConversionError
 from dataset.coco_annotations import read_dataset
 from dataset.image_codec import encode_jpeg
+from runtime import atomic_file
 
 FLAGS = flags.FLAGS
 EXIT_USER_ERROR = 2
@@ -182,21 +182,13 @@ def _remove_quietly(paths) -> None:
             pass
 
 
-def _write_json_atomically(path: str, content: dict) -> None:
-    temp_path = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp-{os.getpid()}')
-    with open(temp_path, 'w', encoding='utf-8') as handle:
-        json.dump(content, handle, indent=2)
-        handle.write('\n')
-    os.replace(temp_path, path)
-
-
 def _publish(paths: OutputPaths, categories: list, summary: dict) -> None:
     """Renames complete temp shards to their final names, then drops stale shards."""
     for temp_path, final_path in zip(paths.temp_shards, paths.shards):
-        os.replace(temp_path, final_path)
+        atomic_file.commit(temp_path, final_path)
     _remove_quietly(set(paths.existing_shards()) - set(paths.shards))
     label_map_lib.write_label_map(paths.label_map, categories)
-    _write_json_atomically(paths.summary, summary)
+    atomic_file.write_json_atomically(paths.summary, summary, indent=2)
 
 
 def _select_records(records: list, skip_empty: bool) -> list:

@@ -16,6 +16,8 @@ from typing import Dict, Iterable, Mapping, Optional
 
 import tensorflow as tf
 
+from runtime import atomic_file
+
 LABEL_MAP_SUFFIX = '-label_map.json'
 # '-00003-of-00032.tfrecord', '-*-of-00032.tfrecord', '-?????-of-?????' ...
 _SHARD_SUFFIX = re.compile(r'-[^-/]+-of-[^-/]+$')
@@ -56,11 +58,7 @@ class LabelMap:
 def write_label_map(path: str, categories: Iterable[Mapping]) -> LabelMap:
     """Writes the label map for COCO `categories` (dicts with id, name) atomically to `path`."""
     label_map = LabelMap.from_categories(categories)
-    temp_path = f'{path}.tmp-{os.getpid()}'
-    with tf.io.gfile.GFile(temp_path, 'w') as handle:
-        json.dump(label_map.to_json_dict(), handle, indent=2)
-        handle.write('\n')
-    tf.io.gfile.rename(temp_path, path, overwrite=True)
+    atomic_file.write_json_atomically(path, label_map.to_json_dict(), indent=2)
     return label_map
 
 

@@ -212,7 +212,7 @@ def test_labeler_rejects_mismatched_anchor_table():
 def test_factored_grid_iou_equals_dense_pairwise_iou():
     # The labeler builds IoUs per level from row/column factors; they must equal the
     # dense box_ops.pairwise_iou exactly, across levels, scales and ratios.
-    import box_ops  # pylint: disable=import-outside-toplevel
+    from modeling import box_ops  # pylint: disable=import-outside-toplevel
     shapes = anchors.level_shapes(64, 128, 3, 5)
     boxes = anchors.generate_anchor_boxes(64, 128, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
     labeler = anchors.AnchorLabeler(boxes, shapes, 9)

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import efficientdet_arch
 import hparams_config
-import nn_layers
+from modeling import nn_layers
 
 tf1 = tf.compat.v1
 

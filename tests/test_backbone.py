@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import nn_layers
+from modeling import nn_layers
 from backbone import efficientnet_builder as builder
 from backbone import efficientnet_model
 
@@ -21,6 +21,10 @@ PUBLISHED_CLASSIFIER_PARAMS = {
 }
 
 
+# EfficientNet's classifier head width (B0), which EfficientDet does not build.
+CLASSIFIER_HEAD_FILTERS = 1280
+
+
 def classifier_head_params(model_name):
     """Parameters of what EfficientDet does not build, on top of the last block:
     1x1 conv last_channels -> round_filters(1280) (no bias) + its BN (gamma, beta)
@@ -28,7 +32,7 @@ def classifier_head_params(model_name):
     = 409,600 + 2,560 + 1,281,000 = 1,693,160, leaving 5,288,548 - 1,693,160 = 3,595,388
     (~3.6M) for the stem and the 16 MBConv blocks."""
     width = builder.scaling_coefficients(model_name)[0]
-    head = builder.round_filters(builder.HEAD_FILTERS, width)
+    head = builder.round_filters(CLASSIFIER_HEAD_FILTERS, width)
     last = builder.scaled_blocks(model_name)[-1].output_filters
     return last * head + 2 * head + head * 1000 + 1000
 

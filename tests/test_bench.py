@@ -3,18 +3,18 @@ steps and emits all its fields; the profiler window writes a trace; memory.csv a
 PNG are produced; host post-processing agrees with the in-graph one."""
 import csv
 import glob
-import json
 import os
 
 import numpy as np
 import tensorflow as tf
 
 import anchors
-import bench
 import hparams_config
-import host_postprocess
-import inference
-import postprocess
+from benchmarks import report
+from modeling import host_postprocess
+from modeling import postprocess
+from serving import detector
+from serving import model_spec
 from conftest import TINY_HPARAMS, run_python
 
 tf1 = tf.compat.v1
@@ -23,7 +23,7 @@ tf1 = tf.compat.v1
 def _bench(args, timeout=900):
     result = run_python(['bench.py'] + args, timeout=timeout)
     assert result.returncode == 0, result.stdout[-5000:]
-    parsed = bench.parse_result_lines(result.stdout)
+    parsed = report.parse_result_lines(result.stdout)
     assert len(parsed) == 1, result.stdout[-3000:]
     return parsed[0], result.stdout
 
@@ -43,7 +43,7 @@ def test_memory_csv_has_a_row_per_log_step(profiled_run):
 
 def test_plot_curves_renders_a_png(profiled_run, tmp_path):
     output = str(tmp_path / 'curves.png')
-    result = run_python(['plot_curves.py', '--model_dir=%s' % profiled_run,
+    result = run_python(['-m', 'training.plot_curves', '--model_dir=%s' % profiled_run,
                          '--output=%s' % output])
     assert result.returncode == 0, result.stdout[-3000:]
     assert '1 eval records' in result.stdout
@@ -53,7 +53,7 @@ def test_plot_curves_renders_a_png(profiled_run, tmp_path):
 
 
 def test_plot_curves_without_a_log_is_a_clear_error(tmp_path):
-    result = run_python(['plot_curves.py', '--model_dir=%s' % tmp_path,
+    result = run_python(['-m', 'training.plot_curves', '--model_dir=%s' % tmp_path,
                          '--output=%s' % (tmp_path / 'c.png')])
     assert result.returncode == 2 and 'no train or eval records' in result.stdout
 
@@ -112,10 +112,10 @@ def test_bench_input_measures_the_pipeline(tiny_dataset):
 def test_predictor_raw_outputs_have_anchor_order_shapes():
     config = hparams_config.get_efficientdet_config('efficientdet-d0')
     config.override(TINY_HPARAMS + ',num_classes=3')
-    predictor = inference.GraphPredictor(inference.ModelSpec(config, None, None))
+    predictor = detector.GraphPredictor(model_spec.ModelSpec(config, None, None))
     try:
         outputs = predictor.predict(np.zeros([2, 100, 140, 3], np.uint8),
-                                    inference.OUTPUT_KEYS + inference.RAW_KEYS)
+                                    detector.OUTPUT_KEYS + detector.RAW_KEYS)
     finally:
         predictor.close()
     num_anchors = (16 * 16 + 8 * 8 + 4 * 4) * 9
@@ -158,4 +158,4 @@ def test_host_postprocess_matches_the_graph_postprocess():
 def test_result_lines_survive_mpirun_output_tags():
     output = ('[1,0]<stdout>:BENCHMARK {"rank": 0, "x": [1]}[1,0]<stdout>:\nnoise\n'
               '[1,1]<stdout>:BENCHMARK {"rank": 1}\n')
-    assert bench.parse_result_lines(output) == [{'rank': 0, 'x': [1]}, {'rank': 1}]
+    assert report.parse_result_lines(output) == [{'rank': 0, 'x': [1]}, {'rank': 1}]

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-import box_ops
+from modeling import box_ops
 
 
 def test_pairwise_iou_hand_values():

@@ -10,6 +10,7 @@ import anchors
 import dataloader
 import hparams_config
 import tfrecord_fixtures as fixtures
+from dataset import record_parser
 from dataset import tfrecord_format as fmt
 from tfrecord_fixtures import ImageSpec
 
@@ -383,7 +384,7 @@ def test_decode_image_matches_the_converters_colour_handling(mode):
     image = Image.fromarray(pixels, 'RGBA').convert(mode)
     buffer = io.BytesIO()
     image.save(buffer, format='PNG')
-    decoded = dataloader.decode_image(tf.constant(buffer.getvalue())).numpy()
+    decoded = record_parser.decode_image(tf.constant(buffer.getvalue())).numpy()
     buffer.seek(0)
     expected = np.asarray(image_codec.to_rgb(Image.open(buffer)))  # as the converter reads it
     assert decoded.shape == (12, 9, 3) and decoded.dtype == np.uint8

@@ -3,7 +3,6 @@ fixed batch driving the loss down."""
 import math
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 import dataloader

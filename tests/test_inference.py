@@ -14,8 +14,8 @@ from PIL import Image
 import dataloader
 import det_model_fn
 import hparams_config
-import host_postprocess
-import visualize
+from modeling import host_postprocess
+from serving import visualize
 from conftest import run_main, run_python, tiny_flags
 from dataset import label_map as label_map_lib
 

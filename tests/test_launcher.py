@@ -37,8 +37,8 @@ def plain_env(**extra):
     return {"PATH": path, **extra}
 
 
-def build(argv, env, cores=16):
-    return launcher.build_launch(["--main_script", ECHO, *argv], env, cores=cores)
+def build(argv, env, cores=16, **options):
+    return launcher.build_launch(["--main_script", ECHO, *argv], env, cores=cores, **options)
 
 
 def exports(names):
@@ -104,7 +104,7 @@ def test_without_use_horovod_main_runs_as_one_process(tmp_path):
 def test_one_box_command(tmp_path):
     env = plain_env(PYTHONPATH="/src", VIRTUAL_ENV="/venv", TF_CPP_MIN_LOG_LEVEL="2",
                     HOROVOD_CYCLE_TIME="1", HABANA_LOGS="/logs", HCCL_COMM_ID="x",
-                    UNRELATED="not exported", OMPI_COMM_WORLD_SIZE="9")
+                    UNRELATED="not exported")
     launch = build(["--use_horovod", "4", f"--model_dir={tmp_path}", "--hparams=a=1"], env,
                    cores=16)
     hcl_path = str(tmp_path / "hcl_config_4.json")
@@ -147,9 +147,16 @@ def test_ranks_beyond_the_box_cards_only_warn():
                                "CPU, on Gaudi use at most 4 per box",)
 
 
+def deduced_network(host_names):
+    """Stands in for the network deduction: records the boxes it was asked about."""
+    deduced_network.asked = list(host_names)
+    return "10.1.0.0/16"
+
+
 def two_box_command(tmp_path, **env):
     return build(["--use_horovod", "8", f"--model_dir={tmp_path}"],
-                 plain_env(MULTI_HLS_IPS="10.1.0.1, box-2.cluster.local", **env), cores=16)
+                 plain_env(MULTI_HLS_IPS="10.1.0.1, box-2.cluster.local", **env), cores=16,
+                 deduce_network=deduced_network)
 
 
 def test_two_boxes_hostfile_ssh_port_and_hcl_ranks(tmp_path):
@@ -158,7 +165,11 @@ def test_two_boxes_hostfile_ssh_port_and_hcl_ranks(tmp_path):
     assert launch.command[:15] == [
         *HEAD, "--bind-to", "core", "--map-by", "socket:PE=2", "-np", "16",
         "--hostfile", hostfile, "--mca", "plm_rsh_args", "-p 3022"]
-    assert launch.command[15:17] == ["-x", "PATH"]
+    # Without MPI_TCP_INCLUDE the network is deduced from the route to the boxes.
+    assert deduced_network.asked == ["10.1.0.1", "box-2.cluster.local"]
+    assert launch.command[15:21] == ["--mca", "btl_tcp_if_include", "10.1.0.0/16",
+                                     "--mca", "oob_tcp_if_include", "10.1.0.0/16"]
+    assert launch.command[21:23] == ["-x", "PATH"]
     assert launch.hostfile_contents == "10.1.0.1 slots=8\nbox-2.cluster.local slots=8\n"
     assert launch.hcl_config == {"HCL_PORT": 5332, "HCL_TYPE": "HLS1",
                                  "HCL_RANKS": ["10.1.0.1"] * 8 + ["box-2.cluster.local"] * 8}
@@ -177,7 +188,8 @@ def test_two_boxes_ssh_port_and_interface_overrides(tmp_path):
 
 
 def test_two_boxes_without_shared_model_dir_warn_about_the_hcl_path():
-    launch = build(["--use_horovod", "2"], plain_env(MULTI_HLS_IPS="10.1.0.1,10.1.0.2"), cores=4)
+    launch = build(["--use_horovod", "2"], plain_env(MULTI_HLS_IPS="10.1.0.1,10.1.0.2"), cores=4,
+                   deduce_network=deduced_network)
     assert any("shared storage" in warning for warning in launch.warnings)
 
 

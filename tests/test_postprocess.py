@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import anchors
-import host_postprocess
-import postprocess
+from modeling import host_postprocess
+from modeling import postprocess
 
 NUM_CLASSES = 2
 _OFF = -30.0  # logit of "not this class": sigmoid ~ 1e-13, far below any threshold

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-import profile_parts
-import profile_summary
+from benchmarks import profile_parts
+from benchmarks import profile_summary
 from conftest import run_python
 
 MS = 10 ** 9  # picoseconds
@@ -123,7 +123,7 @@ def test_without_step_markers_steps_come_from_the_flag(tmp_path):
 
 def test_summary_of_the_profiled_tiny_run(profiled_run, tmp_path):
     output = str(tmp_path / 'profile.json')
-    result = run_python(['profile_summary.py', '--trace=%s' % profiled_run, '--top=5',
+    result = run_python(['-m', 'benchmarks.profile_summary', '--trace=%s' % profiled_run, '--top=5',
                          '--json=%s' % output])
     assert result.returncode == 0, result.stdout[-5000:]
     for heading in ('## Time per training step', '## Op time by op type (top 5)',
@@ -148,12 +148,12 @@ def test_summary_of_the_profiled_tiny_run(profiled_run, tmp_path):
 
 
 def test_missing_or_broken_trace_is_a_clear_error(tmp_path):
-    result = run_python(['profile_summary.py', '--trace=%s' % tmp_path])
+    result = run_python(['-m', 'benchmarks.profile_summary', '--trace=%s' % tmp_path])
     assert result.returncode == 2, result.stdout
     assert str(tmp_path) in result.stdout and '--profile_steps=START,END' in result.stdout
     assert 'Traceback' not in result.stdout
     broken = tmp_path / 'x.xplane.pb'
     broken.write_bytes(b'\x00not a trace')
-    result = run_python(['profile_summary.py', '--trace=%s' % broken])
+    result = run_python(['-m', 'benchmarks.profile_summary', '--trace=%s' % broken])
     assert result.returncode == 2 and str(broken) in result.stdout, result.stdout
     assert 'Traceback' not in result.stdout

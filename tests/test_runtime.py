@@ -1,4 +1,4 @@
-"""Tests of runtime.py: single-process behaviour in-process, two workers under a real mpirun."""
+"""Tests of distributed.py: single-process behaviour in-process, two workers under a real mpirun."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import runtime
+from runtime import distributed
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 PROBE = os.path.join(REPO, 'tests', 'fixtures', 'runtime_probe.py')
@@ -31,10 +31,10 @@ def fresh_runtime(monkeypatch):
     saved_env = dict(os.environ)
     for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(runtime, '_hvd', None)
-    monkeypatch.setattr(runtime, '_init_done', False)
-    monkeypatch.setattr(runtime, '_devices', {})
-    monkeypatch.setattr(runtime, '_hpu_probe', None)
+    monkeypatch.setattr(distributed, '_hvd', None)
+    monkeypatch.setattr(distributed, '_init_done', False)
+    monkeypatch.setattr(distributed, '_devices', {})
+    monkeypatch.setattr(distributed, '_hpu_probe', None)
     yield
     os.environ.clear()
     os.environ.update(saved_env)
@@ -53,17 +53,17 @@ def _fake_habana(monkeypatch, load):
 # ----------------------------------------------------------------------------- one process
 
 def test_single_process_identity():
-    runtime.init()
-    assert (runtime.rank(), runtime.size()) == (0, 1)
-    assert (runtime.local_rank(), runtime.local_size()) == (0, 1)
-    assert runtime.is_main() and not runtime.is_distributed()
-    assert runtime.shard_for_worker() == (0, 1)
-    assert runtime.rank_log_prefix() == ''
+    distributed.init()
+    assert (distributed.rank(), distributed.size()) == (0, 1)
+    assert (distributed.local_rank(), distributed.local_size()) == (0, 1)
+    assert distributed.is_main() and not distributed.is_distributed()
+    assert distributed.rank_log_prefix() == ''
 
 
 def test_init_without_launcher_does_not_start_horovod():
-    code = ('import sys, runtime; runtime.init(); runtime.init(use_horovod=None); '
-            'assert not runtime.is_distributed(); assert runtime._hvd is None; '
+    code = ('import sys; from runtime import distributed; distributed.init(); '
+            'distributed.init(use_horovod=None); '
+            'assert not distributed.is_distributed(); assert distributed._hvd is None; '
             "assert 'horovod.tensorflow' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
@@ -75,30 +75,30 @@ def test_init_with_horovod_missing_names_the_install_step(monkeypatch):
     monkeypatch.setitem(sys.modules, 'horovod', None)  # makes `import horovod.x` fail
     monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
     with pytest.raises(ImportError, match=r'tools/setup_env\.sh.*requirements-hpu\.txt'):
-        runtime.init(use_horovod=True)
+        distributed.init(use_horovod=True)
 
 
 def test_launcher_world_size_reads_each_launcher(monkeypatch):
-    assert runtime._launcher_world_size() == 1
+    assert distributed._launcher_world_size() == 1
     monkeypatch.setenv('PMIX_RANK', '0')
     monkeypatch.setenv('SLURM_NTASKS', '3')
-    assert runtime._launcher_world_size() == 3
+    assert distributed._launcher_world_size() == 3
     monkeypatch.setenv('PMI_SIZE', '2')
-    assert runtime._launcher_world_size() == 2
+    assert distributed._launcher_world_size() == 2
     monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '4')
-    assert runtime._launcher_world_size() == 4
+    assert distributed._launcher_world_size() == 4
 
 
 def test_select_device_is_cpu_here():
-    assert runtime.select_device() == 'CPU'
-    assert runtime.select_device() == 'CPU'  # cached
-    assert runtime.select_device(no_hpu=True) == 'CPU'
-    assert runtime.select_device(require='cpu') == 'CPU'
+    assert distributed.select_device() == 'CPU'
+    assert distributed.select_device() == 'CPU'  # cached
+    assert distributed.select_device(no_hpu=True) == 'CPU'
+    assert distributed.select_device(require='cpu') == 'CPU'
 
 
 def test_require_hpu_without_habana_says_how_to_fix():
-    with pytest.raises(runtime.DeviceError) as info:
-        runtime.select_device(require='HPU')
+    with pytest.raises(distributed.DeviceError) as info:
+        distributed.select_device(require='HPU')
     message = str(info.value)
     assert message.startswith('--device=HPU was requested but habana_frameworks.tensorflow '
                               'is not installed')
@@ -107,12 +107,12 @@ def test_require_hpu_without_habana_says_how_to_fix():
 
 
 def test_require_gpu_without_gpu_and_bad_names():
-    with pytest.raises(runtime.DeviceError, match=r'--device=GPU was requested but'):
-        runtime.select_device(require='gpu')
+    with pytest.raises(distributed.DeviceError, match=r'--device=GPU was requested but'):
+        distributed.select_device(require='gpu')
     with pytest.raises(ValueError, match=r'HPU, GPU, CPU'):
-        runtime.select_device(require='TPU')
-    with pytest.raises(runtime.DeviceError, match=r'contradicts --no_hpu'):
-        runtime.select_device(no_hpu=True, require='hpu')
+        distributed.select_device(require='TPU')
+    with pytest.raises(distributed.DeviceError, match=r'contradicts --no_hpu'):
+        distributed.select_device(no_hpu=True, require='hpu')
 
 
 def test_hpu_chosen_when_habana_loads_and_env_defaults_applied(monkeypatch):
@@ -120,17 +120,17 @@ def test_hpu_chosen_when_habana_loads_and_env_defaults_applied(monkeypatch):
     _fake_habana(monkeypatch, lambda: calls.append('load'))
     monkeypatch.setenv('HOROVOD_CYCLE_TIME', '2.0')  # the user's value wins (setdefault)
     monkeypatch.delenv('LOG_LEVEL_ALL', raising=False)
-    assert runtime.select_device() == 'HPU'
-    assert runtime.select_device(require='hpu') == 'HPU'
+    assert distributed.select_device() == 'HPU'
+    assert distributed.select_device(require='hpu') == 'HPU'
     assert calls == ['load']  # loaded once
     assert os.environ['HOROVOD_CYCLE_TIME'] == '2.0'
-    assert os.environ['LOG_LEVEL_ALL'] == runtime.habana_env_defaults()['LOG_LEVEL_ALL']
+    assert os.environ['LOG_LEVEL_ALL'] == distributed.habana_env_defaults()['LOG_LEVEL_ALL']
 
 
 def test_no_hpu_never_loads_habana(monkeypatch):
     calls = []
     _fake_habana(monkeypatch, lambda: calls.append('load'))
-    assert runtime.select_device(no_hpu=True) == 'CPU'
+    assert distributed.select_device(no_hpu=True) == 'CPU'
     assert calls == []
 
 
@@ -138,44 +138,43 @@ def test_failed_habana_load_falls_back_and_leaves_env_alone(monkeypatch):
     def fail():
         raise RuntimeError('no Gaudi device found')
     _fake_habana(monkeypatch, fail)
-    for name in runtime.habana_env_defaults():
+    for name in distributed.habana_env_defaults():
         monkeypatch.delenv(name, raising=False)
-    assert runtime.select_device() == 'CPU'
-    assert not set(runtime.habana_env_defaults()) & set(os.environ)
-    with pytest.raises(runtime.DeviceError, match=r'load_habana_module\(\) failed: RuntimeError'):
-        runtime.select_device(require='HPU')
+    assert distributed.select_device() == 'CPU'
+    assert not set(distributed.habana_env_defaults()) & set(os.environ)
+    with pytest.raises(distributed.DeviceError, match=r'load_habana_module\(\) failed: RuntimeError'):
+        distributed.select_device(require='HPU')
 
 
 def test_mixed_precision_dtype():
-    assert runtime.mixed_precision_dtype('CPU') == 'bfloat16'
-    assert runtime.mixed_precision_dtype('HPU') == 'bfloat16'
-    assert runtime.mixed_precision_dtype('GPU') == 'float16'
-    assert runtime.mixed_precision_dtype('gpu') == 'float16'
+    assert distributed.mixed_precision_dtype('CPU') == 'bfloat16'
+    assert distributed.mixed_precision_dtype('HPU') == 'bfloat16'
+    assert distributed.mixed_precision_dtype('GPU') == 'float16'
+    assert distributed.mixed_precision_dtype('gpu') == 'float16'
     with pytest.raises(ValueError, match='TPU'):
-        runtime.mixed_precision_dtype('TPU')
+        distributed.mixed_precision_dtype('TPU')
 
 
 def test_helpers_are_passthroughs_in_one_process():
-    runtime.init()
+    distributed.init()
     with tf.Graph().as_default():
         optimizer = tf.train.GradientDescentOptimizer(0.1)
         tensor = tf.constant([[1.0, 2.0]])
-        assert runtime.distributed_optimizer(optimizer) is optimizer
-        assert runtime.broadcast_hook() == []
-        assert runtime.allreduce_mean(tensor) is tensor
-        assert runtime.allgather(tensor) is tensor
+        assert distributed.distributed_optimizer(optimizer) is optimizer
+        assert distributed.broadcast_hook() == []
+        assert distributed.allreduce_mean(tensor) is tensor
     array = np.arange(3)
-    gathered = runtime.allgather_numpy(array)
+    gathered = distributed.allgather_numpy(array)
     assert len(gathered) == 1 and gathered[0] is array
     payload = {'a': 1}
-    assert runtime.broadcast_object(payload) is payload
-    assert runtime.barrier() is None
+    assert distributed.broadcast_object(payload) is payload
 
 
 def test_main_rank_writes_log_file(tmp_path):
     # absl sends everything to stderr until flags are parsed, as absl.app.run() does in main.py.
-    code = ('import runtime; from absl import flags, logging; flags.FLAGS(["main"]); '
-            'logging.set_verbosity(logging.INFO); runtime.configure_logging(log_dir=%r); '
+    code = ('from runtime import distributed; from absl import flags, logging; '
+            'flags.FLAGS(["main"]); '
+            'logging.set_verbosity(logging.INFO); distributed.configure_logging(log_dir=%r); '
             'logging.info("probe-line")' % str(tmp_path))
     out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
@@ -208,7 +207,6 @@ def test_two_ranks_identity(two_ranks):
         assert result['rank'] == rank and result['size'] == 2
         assert result['is_main'] == (rank == 0) and result['is_distributed']
         assert (result['local_rank'], result['local_size']) == (rank, 2)
-        assert result['shard'] == [rank, 2]
         assert result['device'] == 'CPU'
     assert results[0]['prefix'] == '' and results[1]['prefix'] == '[rank 1/2] '
 
@@ -220,12 +218,11 @@ def test_broadcast_hook_copies_rank0_variables(two_ranks):
         assert result['weights_after_broadcast'] == [1.0, 2.0]
 
 
-def test_allreduce_mean_and_ragged_allgather(two_ranks):
+def test_allreduce_mean(two_ranks):
     results, _ = two_ranks
     for result in results.values():
         np.testing.assert_allclose(result['allreduce_mean'], 0.5, rtol=1e-5)
         assert result['allreduce_mean_bf16'] == 0.5
-        assert result['allgather'] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
 
 
 def test_distributed_optimizer_averages_gradients(two_ranks):

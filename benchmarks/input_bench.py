@@ -1,23 +1,19 @@
 r"""Throughput of the input pipeline alone (dataloader.InputReader), in images per second.
 
-    python bench_input.py --file_pattern='/data/train-*.tfrecord' --image_size=512 \
+    python bench.py input --file_pattern='/data/train-*.tfrecord' --image_size=512 \
         --batch_size=4 --num_batches=50 --model_name=efficientdet-d0 [--hparams=...] \
-        [--training=true] [--use_fake_data]
+        [--is_training=true] [--use_fake_data]
 
-Prints one human line and one JSON line. Batches are pulled as fast as the pipeline makes
+Batches are pulled as fast as the pipeline makes
 them (nothing consumes them), after a few warm-up batches that fill the prefetch buffers
 and let tf.data's autotuner settle. An eval pipeline is repeated so short datasets can be
 timed. `measure()` is what `bench.py input` and the benchmark suite call.
 """
-import json
-import sys
 import time
 
 import tensorflow as tf
-from absl import app, flags
 
 import dataloader
-import hparams_config
 
 WARMUP_BATCHES = 5
 
@@ -74,52 +70,3 @@ def _time_graph(dataset, num_batches, warmup):
         for _ in range(num_batches):
             images += _batch_size(session.run(next_batch))
         return time.perf_counter() - start, time.process_time() - cpu_start, images
-
-
-def _define_flags():
-    # Defined only when run as a script: bench.py imports this module and owns same-named flags.
-    flags.DEFINE_string('file_pattern', None, 'TFRecords glob (not needed with --use_fake_data).')
-    flags.DEFINE_bool('use_fake_data', False, 'Synthetic in-memory batches: no file reading.')
-    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x.')
-    flags.DEFINE_string('hparams', '', 'Overrides, e.g. num_classes=3,jitter_max=1.5.')
-    flags.DEFINE_string('image_size', None, "Network input: 512 or 'WIDTHxHEIGHT' "
-                        '(default: the variant\'s).')
-    flags.DEFINE_integer('batch_size', 4, 'Batch size.', lower_bound=1)
-    flags.DEFINE_integer('num_batches', 50, 'Timed batches.', lower_bound=1)
-    flags.DEFINE_integer('warmup', WARMUP_BATCHES, 'Untimed batches first.', lower_bound=0)
-    flags.DEFINE_bool('training', True, 'Training pipeline (flip, scale jitter, shuffle); '
-                      'false: the eval pipeline.')
-
-
-def main(argv):
-    del argv
-    config_flags = flags.FLAGS
-    if not config_flags.file_pattern and not config_flags.use_fake_data:
-        sys.exit('bench_input.py needs --file_pattern=GLOB of TFRecords (or --use_fake_data)')
-    try:
-        config = hparams_config.get_efficientdet_config(config_flags.model_name)
-        config.override(config_flags.hparams)
-        if config_flags.image_size:
-            size = config_flags.image_size
-            config.override({'image_size': int(size) if size.isdigit() else size})
-        hparams_config.validate(config)
-        result = measure(config_flags.file_pattern, config, config_flags.batch_size,
-                         config_flags.num_batches, config_flags.training,
-                         use_fake_data=config_flags.use_fake_data, warmup=config_flags.warmup)
-    except (ValueError, tf.errors.OpError) as error:
-        sys.exit('bench_input.py: %s' % error)
-    result.update(bench='input', model_name=config.name, image_size=config.image_size,
-                  batch_size=config_flags.batch_size, training=config_flags.training,
-                  use_fake_data=config_flags.use_fake_data,
-                  file_pattern=config_flags.file_pattern)
-    print('input pipeline (%s, %s px, batch %d): %.1f images/s over %d batches in %.2f s, '
-          '%.0f CPU ms per image'
-          % ('training' if config_flags.training else 'eval', config.image_size,
-             config_flags.batch_size, result['images_per_sec'], result['batches'],
-             result['seconds'], result['cpu_ms_per_image']))
-    print(json.dumps(result, sort_keys=True), flush=True)
-
-
-if __name__ == '__main__':
-    _define_flags()
-    app.run(main)

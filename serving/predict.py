@@ -11,7 +11,6 @@ output_dir/detections.json is a COCO results list: {"image_id", "file_name", "ca
 the name is numeric (000000139.jpg -> 139, as in COCO), else the 1-based position in the
 sorted input list.
 """
-import json
 import os
 import sys
 import time
@@ -19,9 +18,10 @@ import time
 import numpy as np
 from PIL import Image, ImageOps
 
-import visualize
 from dataset import image_codec
 from dataset import label_map as label_map_lib
+from runtime import atomic_file
+from serving import visualize
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.tif', '.tiff', '.webp',
                     '.ppm', '.pgm', '.pbm')
@@ -107,13 +107,6 @@ def _annotate(pixels, outputs, names, min_score, path):
     visualize.save_image(image, path)
 
 
-def _write_json_atomic(path, content):
-    temp = '%s.tmp-%d' % (path, os.getpid())
-    with open(temp, 'w') as f:
-        json.dump(content, f)
-    os.replace(temp, path)
-
-
 def _report_latency(latencies):
     if len(latencies) < 2:
         return
@@ -146,7 +139,8 @@ def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=
             file_name, pixels.shape[1], pixels.shape[0], len(rows),
             sum(r['score'] >= min_score for r in rows), min_score))
     processed = len(files) - len(skipped)
-    _write_json_atomic(os.path.join(output_dir, RESULTS_FILE), results)
+    atomic_file.write_json_atomically(os.path.join(output_dir, RESULTS_FILE), results,
+                                      indent=None)
     _report_latency(latencies)
     print('processed %d image(s), skipped %d; wrote %s' % (
         processed, len(skipped), os.path.join(output_dir, RESULTS_FILE)))

@@ -10,7 +10,7 @@ import math
 
 import tensorflow as tf
 
-import box_ops
+from modeling import box_ops
 
 IOU_LOSS_TYPES = ('none', 'iou', 'giou', 'diou', 'ciou')
 _IGNORED = -2

@@ -1,4 +1,4 @@
-"""SavedModel export of a trained detector (`python inference.py export ...`).
+"""SavedModel export of a trained detector (`python detector.py export ...`).
 
 One meta graph, tag "serve", two signatures sharing one set of variables:
 
@@ -24,7 +24,8 @@ import time
 
 import tensorflow as tf
 
-import inference
+from serving import detector
+from serving.model_spec import InferenceError
 
 tf1 = tf.compat.v1
 
@@ -35,32 +36,32 @@ SIGNATURE_ENCODED = 'serving_encoded'
 
 def _build_and_freeze(spec):
     """Both input paths on one set of weights, restored and frozen: (GraphDef, tensors)."""
-    config = inference.inference_config(spec.config)
+    config = detector.inference_config(spec.config)
     with tf.Graph().as_default():
         images = tf1.placeholder(tf.uint8, [None, None, None, 3], name='images')
         encoded = tf1.placeholder(tf.string, [None], name='encoded_images')
         tensors = {'images': images, 'encoded_images': encoded}
         for prefix, preprocessed, reuse in (
-                ('pixels/', inference.preprocess_images(images, config), False),
-                ('encoded/', inference.decode_and_preprocess(encoded, config), True)):
-            outputs = inference.build_detector(*preprocessed, config, spec.label_map, reuse=reuse)
-            tensors.update({prefix + key: outputs[key] for key in inference.OUTPUT_KEYS})
+                ('pixels/', detector.preprocess_images(images, config), False),
+                ('encoded/', detector.decode_and_preprocess(encoded, config), True)):
+            outputs = detector.build_detector(*preprocessed, config, spec.label_map, reuse=reuse)
+            tensors.update({prefix + key: outputs[key] for key in detector.OUTPUT_KEYS})
         with tf1.Session() as session:
-            inference.initialize_weights(session, spec)
-            graph_def = inference.freeze(session, [tensors[k] for k in tensors
+            detector.initialize_weights(session, spec)
+            graph_def = detector.freeze(session, [tensors[k] for k in tensors
                                                    if '/' in k])
     return graph_def, tensors
 
 
 def _build_and_save(spec, staging_dir):
-    graph, tensors = inference.import_frozen(*_build_and_freeze(spec))
+    graph, tensors = detector.import_frozen(*_build_and_freeze(spec))
     signatures = {}
     with graph.as_default(), tf1.Session(graph=graph) as session:
         for name, input_key, prefix in ((SIGNATURE_PIXELS, 'images', 'pixels/'),
                                         (SIGNATURE_ENCODED, 'encoded_images', 'encoded/')):
             signatures[name] = tf1.saved_model.predict_signature_def(
                 inputs={input_key: tensors[input_key]},
-                outputs={key: tensors[prefix + key] for key in inference.OUTPUT_KEYS})
+                outputs={key: tensors[prefix + key] for key in detector.OUTPUT_KEYS})
         builder = tf1.saved_model.Builder(staging_dir)
         builder.add_meta_graph_and_variables(
             session, [tf1.saved_model.tag_constants.SERVING], signature_def_map=signatures,
@@ -94,9 +95,10 @@ def _swap_into_place(staging_dir, export_dir):
 
 
 def export_saved_model(spec, export_dir):
-    """Writes the SavedModel of `spec` (inference.ModelSpec) to export_dir; returns its path."""
+    """Writes the SavedModel of `spec` (a serving.model_spec.ModelSpec) to export_dir;
+    returns its path."""
     if spec.checkpoint is None:
-        raise inference.InferenceError('refusing to export random weights: give a checkpoint')
+        raise InferenceError('refusing to export random weights: give a checkpoint')
     export_dir = os.path.abspath(export_dir)
     parent, name = os.path.split(export_dir)
     os.makedirs(parent, exist_ok=True)

@@ -24,9 +24,9 @@ import sys
 
 from absl import app, flags
 
-import bench
-import profile_parts
-from hccl_config import atomic_file
+from benchmarks import report
+from benchmarks import profile_parts
+from runtime import atomic_file
 
 FLAGS = flags.FLAGS
 HOST_PLANE = '/host:CPU'
@@ -212,7 +212,7 @@ def _step_section(summary):
     return ['## Time per training step', '',
             'Trace: `%s`; %d steps (from %s).' % (summary['trace'], summary['steps'],
                                                   summary['steps_from']), '',
-            bench.markdown_table(['per step', 'ms'], [
+            report.markdown_table(['per step', 'ms'], [
                 ['wall time (window / steps)', '%.1f' % summary['wall_ms_per_step']],
                 ['inside Session.run', '%.1f' % summary['session_run_ms_per_step']],
                 ['between runs (Python, hooks)', '%.1f' % gap],
@@ -230,7 +230,7 @@ def _op_type_section(summary, top):
                      '%.1f' % sum(t['ms_per_step'] for t in rest),
                      '%.1f' % sum(t['percent'] for t in rest)])
     return ['## Op time by op type (top %d)' % top, '',
-            bench.markdown_table(['op type', 'calls/step', 'ms/step', '% of op time'], rows,
+            report.markdown_table(['op type', 'calls/step', 'ms/step', '% of op time'], rows,
                                  text_columns=1)]
 
 
@@ -242,14 +242,14 @@ def _part_section(summary):
         groups[part['group']] = groups.get(part['group'], 0.0) + part['ms_per_step']
     rows.append(['**total**', '', '%.1f' % summary['op_ms_per_step'], '100.0'])
     return ['## Op time by model part', '',
-            bench.markdown_table(['pass', 'part', 'ms/step', '%'], rows, text_columns=2),
+            report.markdown_table(['pass', 'part', 'ms/step', '%'], rows, text_columns=2),
             '', 'By pass: ' + ', '.join('%s %.1f ms' % item for item in groups.items()) + '.']
 
 
 def _parallelism_section(summary):
     par = summary['parallelism']
     running = par['percent_of_wall_with_ops_running']
-    return ['## Parallelism', '', bench.markdown_table(['measure', 'value'], [
+    return ['## Parallelism', '', report.markdown_table(['measure', 'value'], [
         ['threads that ran ops', par['threads_with_ops']],
         ['op time / wall time (mean ops in flight)', '%.2f' % par['ops_in_flight_mean']],
         ['... as a share of %d cores' % par['cores'], '%.0f%%' % par['core_share_percent']],

@@ -6,7 +6,7 @@ background: the text never sits on the photo itself. Line width and font size fo
 image size, so thumbnails and 4000-pixel photos both come out legible.
 """
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import ImageDraw, ImageFont
 
 # Distinct, saturated colours (Tableau 10 + a few), cycled by class label.
 PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),

@@ -1,9 +1,9 @@
 """Training curves of a run: loss terms, learning rate and COCO AP against the step.
 
-    python plot_curves.py --model_dir=runs/demo --output=curves.png
+    python -m training.plot_curves --model_dir=runs/demo --output=curves.png
 
-Reads model_dir/train_log.jsonl (train_hooks.py writes `{"event": "train", "step", "loss",
-"cls_loss", "box_loss", "learning_rate", ...}` at each log step and evaluation.py appends
+Reads model_dir/train_log.jsonl (run_log.py writes `{"event": "train", "step", "loss",
+"cls_loss", "box_loss", "learning_rate", ...}` at each log step and training/evaluation.py appends
 `{"event": "eval", "step", "AP", "AP50", ...}`) and renders a PNG with matplotlib's Agg
 backend (no display needed). Runs that resumed log a step twice: the later record wins.
 """
@@ -16,7 +16,8 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
-import train_hooks  # pylint: disable=wrong-import-position
+from runtime import atomic_file  # pylint: disable=wrong-import-position
+from training import run_log  # pylint: disable=wrong-import-position
 
 LOSS_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss')
 AP_KEYS = ('AP', 'AP50', 'AP75')
@@ -61,24 +62,23 @@ def _plot_group(axis, records, event, keys, title, log_scale=False):
 
 def plot_curves(model_dir, output):
     """Writes the figure to `output`; returns the number of train and eval records used."""
-    records = train_hooks.read_json_log(model_dir)
+    records = run_log.read_json_log(model_dir)
     num_train = sum(1 for r in records if r.get('event') == 'train')
     num_eval = sum(1 for r in records if r.get('event') == 'eval')
     if not num_train and not num_eval:
         raise CurvesError('no train or eval records in %s; train with main.py --model_dir=%s '
-                          'first' % (os.path.join(model_dir, train_hooks.JSON_LOG), model_dir))
+                          'first' % (os.path.join(model_dir, run_log.JSON_LOG), model_dir))
     figure, (loss_axis, rate_axis, ap_axis) = plt.subplots(1, 3, figsize=(15, 4.2))
     _plot_group(loss_axis, records, 'train', LOSS_KEYS, 'losses', log_scale=True)
     _plot_group(rate_axis, records, 'train', ('learning_rate',), 'learning rate')
     _plot_group(ap_axis, records, 'eval', AP_KEYS, 'COCO AP (EMA weights)')
     figure.suptitle(os.path.basename(os.path.normpath(model_dir)))
     figure.tight_layout()
-    directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, '.%s.tmp-%d.png' % (os.path.basename(output), os.getpid()))
-    figure.savefig(temp, dpi=100)
-    plt.close(figure)
-    os.replace(temp, output)
+    try:
+        with atomic_file.replacing(output, suffix='.png') as temporary:
+            figure.savefig(temporary, dpi=100)
+    finally:
+        plt.close(figure)
     return num_train, num_eval
 
 

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 
-import bench
-from hccl_config import atomic_file
+from benchmarks import report
+from runtime import atomic_file
 
 # google/automl efficientdet (TF2) measured on this 2-core machine, for comparison.
 REFERENCE = {
@@ -39,11 +39,11 @@ def _run_bench(args):
     """Runs `bench.py args...`; returns (command string, parsed JSON result)."""
     command = [sys.executable, 'bench.py'] + args
     print('$ ' + ' '.join(command), flush=True)
-    result = subprocess.run(command, cwd=bench.REPO, stdout=subprocess.PIPE,
+    result = subprocess.run(command, cwd=report.REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     print(result.stdout[-4000:], flush=True)
-    parsed = bench.parse_result_lines(result.stdout)
+    parsed = report.parse_result_lines(result.stdout)
     if result.returncode != 0 or not parsed:
         raise SuiteError('`%s` failed (exit %d)' % (' '.join(command), result.returncode))
     return 'python bench.py ' + ' '.join(args), parsed[-1]
@@ -59,7 +59,7 @@ def _make_records(directory, num_images):
                '--object_annotations_file=%s' % os.path.join(directory, 'annotations',
                                                              'instances_train.json'),
                '--output_file_prefix=%s' % prefix, '--num_shards=4']
-    subprocess.run(command, cwd=bench.REPO, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, cwd=report.REPO, check=True, stdout=subprocess.DEVNULL)
     return prefix + '-*.tfrecord'
 
 
@@ -97,7 +97,7 @@ def _train_section(results):
                          reference[1] or '-'])
     header = ['global batch', 'oneDNN', 'images/s', 'ms/step', 'peak host GB',
               'automl images/s', 'automl peak GB']
-    return bench.markdown_table(header, rows)
+    return report.markdown_table(header, rows)
 
 
 def _infer_section(results):
@@ -111,13 +111,13 @@ def _infer_section(results):
                          '%.2f' % (row['peak_host_memory_mb'] / 1024)])
     header = ['batch', 'post-processing', 'oneDNN', 'images/s', 'latency avg ms', 'p50 ms',
               'p90 ms', 'p95 ms', 'p99 ms', 'peak host GB']
-    return bench.markdown_table(header, rows)
+    return report.markdown_table(header, rows)
 
 
 def _input_section(result):
     keys = [k for k in sorted(result) if k not in ('bench', 'file_pattern')
             and not isinstance(result[k], (list, dict))]
-    return bench.markdown_table(keys, [[('%.2f' % result[k]) if isinstance(result[k], float)
+    return report.markdown_table(keys, [[('%.2f' % result[k]) if isinstance(result[k], float)
                                         else result[k] for k in keys]])
 
 
@@ -196,4 +196,4 @@ def run_suite(output, quick=False):
     text = render(runs, info, settings)
     atomic_file.write_text_atomically(output, text)
     print(text)
-    print(bench.RESULT_PREFIX + '{"bench": "suite", "output": "%s"}' % output, flush=True)
+    print(report.RESULT_PREFIX + '{"bench": "suite", "output": "%s"}' % output, flush=True)

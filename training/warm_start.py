@@ -6,10 +6,10 @@ EMA shadow values are preferred when the checkpoint has them (they are the weigh
 evaluated). A checkpoint that does not fit is an error listing the mismatched variables; the
 one exception is the class head's prediction layer, re-initialised when the class count differs.
 """
-import os
-
 import tensorflow as tf
 from absl import logging
+
+from training import checkpoints
 
 tf1 = tf.compat.v1
 
@@ -18,22 +18,8 @@ CLASS_PREDICT_MARK = 'class_net/class-predict'
 _EMA_SUFFIX = '/ExponentialMovingAverage'
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(checkpoints.CheckpointError):
     """A warm-start checkpoint does not fit the model being built."""
-
-
-def resolve_checkpoint(path, flag):
-    """Returns a checkpoint prefix from a prefix or a directory holding checkpoints."""
-    if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            raise CheckpointMismatchError('--%s=%s is a directory without a checkpoint' % (flag, path))
-        return latest
-    if not tf.io.gfile.exists(path + '.index'):
-        raise CheckpointMismatchError(
-            '--%s=%s: no checkpoint there (expected %s.index); pass a checkpoint prefix such as '
-            'model_dir/model.ckpt-1000 or a directory' % (flag, path, path))
-    return path
 
 
 def _model_variables(prefix=''):
@@ -66,7 +52,7 @@ def plan_restore(checkpoint, variables, allow_class_head_skip):
 
 
 def _restore(checkpoint, flag, variables, allow_class_head_skip):
-    checkpoint = resolve_checkpoint(checkpoint, flag)
+    checkpoint = checkpoints.resolve_checkpoint(checkpoint, flag)
     if not variables:
         raise CheckpointMismatchError('--%s: the model has no variables to restore' % flag)
     assignment, skipped, problems = plan_restore(checkpoint, variables, allow_class_head_skip)
@@ -91,8 +77,3 @@ def apply(params):
     elif params.get('backbone_ckpt'):
         backbone = [v for v in _model_variables() if v.op.name.startswith(BACKBONE_PREFIX)]
         _restore(params['backbone_ckpt'], 'backbone_ckpt', backbone, allow_class_head_skip=False)
-
-
-def has_checkpoint(model_dir):
-    return bool(model_dir) and os.path.isdir(model_dir) and \
-        tf.train.latest_checkpoint(model_dir) is not None

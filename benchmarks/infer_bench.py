@@ -1,6 +1,6 @@
 """Inference throughput and latency of the exported detection graph, per batch size.
 
-One frozen graph and session per batch size (inference.build_frozen_graph: in-graph
+One frozen graph and session per batch size (detector.build_frozen_graph: in-graph
 preprocessing, network, decode + NMS; the graph the SavedModel export holds). Each
 post-processing mode fetches a different part of that graph:
 
@@ -24,18 +24,15 @@ import numpy as np
 
 import anchors
 import hparams_config
-import host_postprocess
-import inference
-import predict
-import train_hooks
+from benchmarks.report import BenchError
+from modeling import host_postprocess
+from serving import detector
+from serving import predict
+from training import run_log
 
 
 POSTPROCESS_MODES = ('graph', 'host', 'none')
 PERCENTILES = (50, 90, 95, 99)
-
-
-class BenchError(ValueError):
-    """A user mistake in the benchmark flags; the message names the fix."""
 
 
 def parse_source(text):
@@ -83,24 +80,24 @@ def _host_nms_args(config):
     if nms.method != 'hard':
         raise BenchError('--postprocess=host implements hard NMS only; the config has '
                          'nms_configs.method=%s' % nms.method)
-    return dict(iou_thresh=nms.iou_thresh, score_thresh=nms.score_thresh,
-                max_nms_inputs=nms.max_nms_inputs, max_output_size=nms.max_output_size)
+    settings = hparams_config.nms_settings(config)
+    del settings['method'], settings['sigma']  # Hard NMS has neither.
+    return settings
 
 
 def _runner(predictor, mode, config):
     """A function feed -> result doing one timed unit of work for `mode`."""
     if mode == 'graph':
-        return lambda feed: predictor.predict(feed, inference.OUTPUT_KEYS)
+        return lambda feed: predictor.predict(feed, detector.OUTPUT_KEYS)
     if mode == 'none':
         return lambda feed: predictor.predict(feed, ('class_logits', 'box_codes'))
     height, width = hparams_config.parse_image_size(config.image_size)
-    anchor_boxes = anchors.generate_anchor_boxes(
-        height, width, config.min_level, config.max_level, config.num_scales,
-        config.aspect_ratios, config.anchor_scale)
+    anchor_boxes = anchors.generate_anchor_boxes(height, width,
+                                                 **hparams_config.anchor_settings(config))
     nms_args = _host_nms_args(config)
 
     def run_host(feed):
-        raw = predictor.predict(feed, inference.RAW_KEYS)
+        raw = predictor.predict(feed, detector.RAW_KEYS)
         return host_postprocess.generate_detections(
             raw['class_logits'], raw['box_codes'], anchor_boxes, raw['image_scales'],
             raw['image_sizes'], **nms_args)
@@ -135,15 +132,15 @@ def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session
     batches = make_batches(source, batch_size, spec.config)
     encoded = batches[0].dtype == object
     start = time.perf_counter()
-    predictor = inference.GraphPredictor(spec, batch_size, session_config, encoded)
+    predictor = detector.GraphPredictor(spec, batch_size, session_config, encoded)
     build_seconds = time.perf_counter() - start
     rows = []
     try:
         for mode in modes:
-            run = _runner(predictor, mode, inference.inference_config(spec.config))
+            run = _runner(predictor, mode, detector.inference_config(spec.config))
             row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
             row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds,
-                       peak_host_memory_mb=train_hooks.host_memory_mb()[1])
+                       peak_host_memory_mb=run_log.host_memory_mb()[1])
             rows.append(row)
     finally:
         predictor.close()

@@ -19,8 +19,9 @@ from absl import logging
 import coco_metric
 import dataloader
 import det_model_fn
-import runtime
-import train_hooks
+from runtime import distributed
+from training import checkpoints
+from training import run_log
 
 tf1 = tf.compat.v1
 
@@ -28,11 +29,11 @@ BEST_DIR = 'best'
 
 
 def _eval_input_fn(run):
-    flags = run.flags
+    options = run.options
     reader = dataloader.InputReader(
-        flags.validation_file_pattern, is_training=False, num_shards=runtime.size(),
-        shard_index=runtime.rank(), max_examples=flags.eval_samples or None)
-    per_rank_batch = flags.eval_batch_size // runtime.size()
+        options.validation_file_pattern, is_training=False, num_shards=distributed.size(),
+        shard_index=distributed.rank(), max_examples=options.eval_samples or None)
+    per_rank_batch = options.eval_batch_size // distributed.size()
 
     def input_fn(params):
         dataset = reader(dict(params, batch_size=per_rank_batch))
@@ -66,44 +67,44 @@ def predict_shard(run, checkpoint):
 
 
 def _gather(array):
-    return np.concatenate(runtime.allgather_numpy(array))
+    return np.concatenate(distributed.allgather_numpy(array))
 
 
 def _metric(run):
     label_map = run.label_map
     return coco_metric.EvaluationMetric(
-        val_json_file=run.flags.val_json_file,
+        val_json_file=run.options.val_json_file,
         label_map=label_map.label_to_category_id if label_map else None,
         class_names=label_map.label_to_name if label_map else None,
-        testdev_dir=run.flags.testdev_dir)
+        testdev_dir=run.options.testdev_dir)
 
 
 def evaluate_checkpoint(run, checkpoint):
     """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank."""
-    step = int(checkpoint.rsplit('-', 1)[1])
+    step = checkpoints.checkpoint_step(checkpoint)
     image_ids, detections, groundtruth = predict_shard(run, checkpoint)
     image_ids, detections = _gather(image_ids), _gather(detections)
     groundtruth = _gather(groundtruth)
     metrics = None
-    if runtime.is_main():
+    if distributed.is_main():
         metric = _metric(run)
         metric.update_state(image_ids, detections, groundtruth)
         metrics = metric.evaluate()
         if metrics:
             _report(run, checkpoint, step, metrics, len(image_ids))
         else:
-            logging.info('test-dev detections written to %s', run.flags.testdev_dir)
-    return runtime.broadcast_object(metrics)
+            logging.info('test-dev detections written to %s', run.options.testdev_dir)
+    return distributed.broadcast_object(metrics)
 
 
 def _report(run, checkpoint, step, metrics, num_images):
-    model_dir = run.flags.model_dir
+    model_dir = run.options.model_dir
     print('COCO evaluation of %s (step %d, %d images):\n%s'
           % (os.path.basename(checkpoint), step, num_images, coco_metric.format_table(metrics)),
           flush=True)
     coco_metric.write_metrics_json(metrics, model_dir, step)
     _write_summaries(os.path.join(model_dir, 'eval'), metrics, step)
-    train_hooks.append_json_log(model_dir, dict(
+    run_log.append_json_log(model_dir, dict(
         {'event': 'eval', 'step': step}, **{k: _finite_or_none(v) for k, v in metrics.items()}))
     keep_best(model_dir, checkpoint, step, metrics)
 
@@ -151,38 +152,39 @@ def keep_best(model_dir, checkpoint, step, metrics):
 
 
 def _latest_checkpoint(run):
-    latest = tf.train.latest_checkpoint(run.flags.model_dir) if runtime.is_main() else None
-    return runtime.broadcast_object(latest)
+    latest = (checkpoints.latest_checkpoint(run.options.model_dir) if distributed.is_main()
+              else None)
+    return distributed.broadcast_object(latest)
 
 
 def evaluate_latest(run):
     checkpoint = _latest_checkpoint(run)
     if checkpoint is None:
-        logging.warning('no checkpoint in %s to evaluate', run.flags.model_dir)
+        logging.warning('no checkpoint in %s to evaluate', run.options.model_dir)
         return None
     return evaluate_checkpoint(run, checkpoint)
 
 
 def _next_checkpoint(run, iterator):
-    checkpoint = next(iterator, None) if runtime.is_main() else None
-    return runtime.broadcast_object(checkpoint)
+    checkpoint = next(iterator, None) if distributed.is_main() else None
+    return distributed.broadcast_object(checkpoint)
 
 
 def evaluate_continuously(run):
     """Evaluates each new checkpoint until the final step, or eval_timeout without one."""
-    flags = run.flags
+    options = run.options
     iterator = None
-    if runtime.is_main():
+    if distributed.is_main():
         iterator = tf1.train.checkpoints_iterator(
-            flags.model_dir, min_interval_secs=flags.min_eval_interval,
-            timeout=flags.eval_timeout)
+            options.model_dir, min_interval_secs=options.min_eval_interval,
+            timeout=options.eval_timeout)
     while True:
         checkpoint = _next_checkpoint(run, iterator)
         if checkpoint is None:
             logging.info('no new checkpoint within --eval_timeout=%s s; stopping',
-                         flags.eval_timeout)
+                         options.eval_timeout)
             return
         evaluate_checkpoint(run, checkpoint)
-        if int(checkpoint.rsplit('-', 1)[1]) >= run.total_steps:
+        if checkpoints.checkpoint_step(checkpoint) >= run.total_steps:
             logging.info('evaluated the final step %d; stopping', run.total_steps)
             return

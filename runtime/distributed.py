@@ -211,11 +211,6 @@ def is_distributed() -> bool:
     return size() > 1
 
 
-def shard_for_worker() -> tuple[int, int]:
-    """(index, count) of this worker's input shard: (rank(), size()); (0, 1) without Horovod."""
-    return rank(), size()
-
-
 # ----------------------------------------------------------------------------- graph ops
 
 def distributed_optimizer(optimizer):
@@ -241,14 +236,6 @@ def allreduce_mean(tensor, name=None):
         return tf.cast(_hvd.allreduce(tf.cast(tensor, tf.float32), op=_hvd.Average, name=name),
                        tf.bfloat16)
     return _hvd.allreduce(tensor, op=_hvd.Average, name=name)
-
-
-def allgather(tensor, name=None):
-    """Concatenates every worker's `tensor` [n_r, ...] along axis 0 in rank order.
-
-    n_r may differ per worker; the other dimensions must match. `tensor` itself if alone.
-    """
-    return _hvd.allgather(tensor, name=name) if is_distributed() else tensor
 
 
 # ----------------------------------------------------------------------------- Python objects
@@ -277,12 +264,6 @@ def broadcast_object(obj, root: int = 0):
         return obj
     return _run_object_collective(_hvd.broadcast_object, obj, root_rank=root,
                                   name='runtime_broadcast_object')
-
-
-def barrier() -> None:
-    """Returns once every worker has called it; a no-op if alone."""
-    if is_distributed():
-        allgather_numpy(None)
 
 
 # ----------------------------------------------------------------------------- logging

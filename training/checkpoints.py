@@ -1,0 +1,64 @@
+"""Checkpoints of a run: finding them, the step a path names, and restoring the exponential
+moving average (EMA) weights that evaluation, export and prediction use."""
+import os
+import re
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+_STEP_RE = re.compile(r'-(\d+)$')
+
+
+class CheckpointError(ValueError):
+    """A checkpoint path that names no checkpoint; the message says what to pass."""
+
+
+def checkpoint_step(path):
+    """'.../model.ckpt-1600' -> 1600 (the global step the Estimator saved it at)."""
+    match = _STEP_RE.search(path or '')
+    if not match:
+        raise CheckpointError('%s does not end in -STEP (e.g. model.ckpt-1000)' % path)
+    return int(match.group(1))
+
+
+def latest_checkpoint(model_dir):
+    """The newest checkpoint prefix in model_dir, or None."""
+    if not model_dir or not tf.io.gfile.isdir(model_dir):
+        return None
+    return tf.train.latest_checkpoint(model_dir)
+
+
+def has_checkpoint(model_dir):
+    return latest_checkpoint(model_dir) is not None
+
+
+def resolve_checkpoint(path, flag):
+    """A checkpoint prefix from a prefix or from a directory holding checkpoints (its latest).
+
+    flag: the option that named `path`, for the message ('ckpt', 'checkpoint', ...)."""
+    if tf.io.gfile.isdir(path):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError('--%s=%s is a directory without a checkpoint' % (flag, path))
+        return latest
+    if not tf.io.gfile.exists(path + '.index'):
+        raise CheckpointError(
+            '--%s=%s: no checkpoint there (expected %s.index); pass a checkpoint prefix such '
+            'as %s/model.ckpt-1000 or a directory' % (flag, path, path,
+                                                      os.path.dirname(path) or 'model_dir'))
+    return path
+
+
+def ema_variables():
+    """Trainable variables plus batch-norm moving statistics: what the EMA tracks."""
+    moving = [v for v in tf1.global_variables()
+              if v.name.split('/')[-1].startswith(('moving_mean', 'moving_variance'))]
+    return list(tf1.trainable_variables()) + moving
+
+
+def ema_restore_saver(decay, sharded=False):
+    """A Saver that loads a checkpoint's EMA shadow values into the graph's model variables
+    (the model variables themselves where the checkpoint has no shadow)."""
+    ema = tf1.train.ExponentialMovingAverage(decay)
+    return tf1.train.Saver(ema.variables_to_restore(ema_variables()), sharded=sharded)

@@ -1,0 +1,71 @@
+"""The run's own records in model_dir: the JSON log (one object a line: train steps, evaluations)
+and the host memory CSV, plus the memory probe that feeds them.
+
+Lines are appended, so a crash can at worst cut the last line short; readers skip it.
+"""
+import json
+import os
+import resource
+import time
+
+import tensorflow as tf
+
+JSON_LOG = 'train_log.jsonl'
+MEMORY_CSV = 'memory.csv'
+
+
+def append_json_log(model_dir, record):
+    """Appends one JSON object as one line."""
+    with open(os.path.join(model_dir, JSON_LOG), 'a') as f:
+        f.write(json.dumps(record, sort_keys=True) + '\n')
+
+
+def read_json_log(model_dir):
+    """Returns the records of model_dir's JSON log, skipping a torn last line."""
+    records = []
+    path = os.path.join(model_dir, JSON_LOG)
+    if not os.path.exists(path):
+        return records
+    with open(path) as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records
+
+
+def host_memory_mb():
+    """(current RSS, peak RSS) of this process in MiB."""
+    with open('/proc/self/statm') as f:
+        rss_pages = int(f.read().split()[1])
+    current = rss_pages * os.sysconf('SC_PAGE_SIZE') / 2.0 ** 20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return current, peak
+
+
+def device_memory_mb():
+    """Peak device memory where the device reports it (GPU/HPU), else None."""
+    for device in tf.config.list_logical_devices():
+        if device.device_type in ('GPU', 'HPU'):
+            try:
+                info = tf.config.experimental.get_memory_info(device.name)
+                return info['peak'] / 2.0 ** 20
+            except (ValueError, tf.errors.OpError):
+                return None
+    return None
+
+
+def append_memory_csv(model_dir, step, current, peak, device_peak):
+    path = os.path.join(model_dir, MEMORY_CSV)
+    new = not os.path.exists(path)
+    with open(path, 'a') as f:
+        if new:
+            f.write('step,time,host_rss_mb,host_peak_rss_mb,device_peak_mb\n')
+        f.write('%d,%.1f,%.1f,%.1f,%s\n' % (step, time.time(), current, peak,
+                                            '' if device_peak is None else '%.1f' % device_peak))
+
+
+def format_seconds(seconds):
+    seconds = int(seconds)
+    return '%d:%02d:%02d' % (seconds // 3600, seconds % 3600 // 60, seconds % 60)

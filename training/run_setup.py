@@ -1,0 +1,203 @@
+"""From run options and a resolved config to a ready run: workers and device, input and
+model_dir checks, step arithmetic, the run files in model_dir, the Estimator."""
+import dataclasses
+import json
+import os
+import tempfile
+
+import tensorflow as tf
+from absl import logging
+
+import dataloader
+import det_model_fn
+import hparams_config
+from dataset import label_map as label_map_lib
+from runtime import atomic_file
+from runtime import distributed
+from training import checkpoints
+from training.options import RunOptions
+
+tf1 = tf.compat.v1
+
+
+class RunSetupError(ValueError):
+    """A user mistake in options, data or model_dir; the message names it and the fix."""
+
+
+@dataclasses.dataclass
+class Run:
+    options: RunOptions
+    config: hparams_config.Config
+    params: dict
+    estimator: object
+    label_map: object
+    steps_per_epoch: int
+    total_steps: int
+
+
+def _check_pattern(flag_name, pattern):
+    if not pattern:
+        raise RunSetupError('--%s is required for this mode' % flag_name)
+    if not dataloader.list_record_files(pattern):
+        raise RunSetupError(
+            'no files match --%s=%s; convert your COCO-format data first with '
+            '`python -m dataset.create_coco_tfrecord --image_dir=... '
+            '--object_annotations_file=... --output_file_prefix=...`' % (flag_name, pattern))
+
+
+def _check_inputs(options):
+    if options.mode in ('train', 'train_and_eval') and not options.use_fake_data:
+        _check_pattern('training_file_pattern', options.training_file_pattern)
+    if options.mode in ('eval', 'train_and_eval') or options.eval_after_training:
+        _check_pattern('validation_file_pattern', options.validation_file_pattern)
+    if options.val_json_file and not os.path.isfile(options.val_json_file):
+        raise RunSetupError('--val_json_file=%s does not exist' % options.val_json_file)
+
+
+def _find_label_map(options):
+    for pattern in (options.training_file_pattern, options.validation_file_pattern):
+        path = label_map_lib.label_map_path_for(pattern) if pattern else None
+        if path:
+            return label_map_lib.load_label_map(path), path
+    return None, None
+
+
+def _adopt_num_classes(config, explicit_keys, label_map, path):
+    """The label map beside the shards decides num_classes unless the user set it."""
+    if label_map is None:
+        return
+    if 'num_classes' not in explicit_keys:
+        if config.num_classes != label_map.num_classes:
+            logging.info('num_classes=%d from %s', label_map.num_classes, path)
+        config.num_classes = label_map.num_classes
+    elif config.num_classes < label_map.num_classes:
+        raise RunSetupError(
+            'num_classes=%d but the label map %s has %d classes; drop the num_classes '
+            'override or set it to %d' % (config.num_classes, path, label_map.num_classes,
+                                          label_map.num_classes))
+
+
+def _check_batch(name, batch, world):
+    if batch < 1 or batch % world:
+        raise RunSetupError('--%s=%d must be a positive multiple of the number of ranks (%d): '
+                            'it is the global batch, split evenly across ranks'
+                            % (name, batch, world))
+    return batch // world
+
+
+def _examples_per_epoch(options):
+    if options.num_examples_per_epoch:
+        return options.num_examples_per_epoch
+    if options.use_fake_data or not options.training_file_pattern:
+        return 1000
+    counted = _count_from_summary(options.training_file_pattern)
+    if counted is None:
+        counted = sum(1 for f in dataloader.list_record_files(options.training_file_pattern)
+                      for _ in tf1.io.tf_record_iterator(f))
+    return counted
+
+
+def _count_from_summary(pattern):
+    """Images written, from the converter's `<prefix>-summary.json` beside the shards."""
+    label_map_path = label_map_lib.label_map_path_for(pattern)
+    if not label_map_path:
+        return None
+    summary_path = label_map_path[:-len('-label_map.json')] + '-summary.json'
+    try:
+        with open(summary_path) as f:
+            return int(json.load(f)['images_written'])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _check_model_dir(model_dir, config):
+    """A model_dir holding another model's checkpoint is an error, not a silent mix."""
+    saved = os.path.join(model_dir, 'config.yaml')
+    if not (os.path.exists(saved) and checkpoints.has_checkpoint(model_dir)):
+        return
+    with open(saved) as f:
+        previous = hparams_config.Config.from_yaml(f.read())
+    fields = ('name', 'backbone_name', 'num_classes', 'fpn_num_filters', 'fpn_cell_repeats',
+              'box_class_repeats', 'min_level', 'max_level', 'num_scales', 'aspect_ratios')
+    differing = [f for f in fields if previous.get(f) != config.get(f)]
+    if differing:
+        raise RunSetupError(
+            '--model_dir=%s holds a checkpoint of another model (%s); use a new --model_dir, '
+            'or fine-tune from it with --ckpt=%s' % (model_dir, ', '.join(
+                '%s %r != %r' % (f, previous.get(f), config.get(f)) for f in differing),
+                model_dir))
+
+
+def _write_run_files(model_dir, config, options):
+    os.makedirs(model_dir, exist_ok=True)
+    atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'), config.to_yaml())
+    atomic_file.write_json_atomically(os.path.join(model_dir, 'flags.json'),
+                                      options.as_dict())
+
+
+def _session_config(options):
+    session_config = tf1.ConfigProto(allow_soft_placement=True)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    session_config.intra_op_parallelism_threads = max(1, cores // distributed.local_size())
+    session_config.inter_op_parallelism_threads = 2
+    if options.use_xla:
+        session_config.graph_options.optimizer_options.global_jit_level = (
+            tf1.OptimizerOptions.ON_1)
+    return session_config
+
+
+def _build_estimator(options, params):
+    main = distributed.is_main()
+    model_dir = (options.model_dir if main
+                 else tempfile.mkdtemp(prefix='rank%d-' % distributed.rank()))
+    run_config = tf1.estimator.RunConfig(
+        model_dir=model_dir, tf_random_seed=params['seed'],
+        save_checkpoints_steps=options.cp_every_n_steps if main else None,
+        save_checkpoints_secs=None, keep_checkpoint_max=options.keep_checkpoint_max,
+        save_summary_steps=options.iterations_per_loop if main else None,
+        log_step_count_steps=None, session_config=_session_config(options))
+    return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
+
+
+def prepare(options, config, explicit_keys):
+    """Validates everything it can before a graph is built; returns a Run."""
+    # The Habana module must be loaded before hvd.init() (it reads HOROVOD_CYCLE_TIME).
+    device = distributed.select_device(no_hpu=options.no_hpu, require=options.device)
+    distributed.init(options.use_horovod)
+    distributed.configure_logging()
+    if not options.model_dir:
+        raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
+    _check_inputs(options)
+    label_map, label_map_path = _find_label_map(options)
+    _adopt_num_classes(config, explicit_keys, label_map, label_map_path)
+    hparams_config.validate(config)
+    world = distributed.size()
+    per_rank_batch = _check_batch('train_batch_size', options.train_batch_size, world)
+    _check_batch('eval_batch_size', options.eval_batch_size, world)
+    steps_per_epoch = max(1, _examples_per_epoch(options) // options.train_batch_size)
+    num_epochs = options.num_epochs if options.num_epochs is not None else config.num_epochs
+    total_steps = steps_per_epoch * num_epochs
+    if options.deterministic:
+        os.environ['TF_DETERMINISTIC_OPS'] = '1'
+    seed = options.seed if options.seed is not None else (0 if options.deterministic else None)
+    if distributed.is_main():
+        _check_model_dir(options.model_dir, config)
+        _write_run_files(options.model_dir, config, options)
+    params = dict(config.as_dict(), batch_size=per_rank_batch,
+                  global_batch_size=options.train_batch_size, steps_per_epoch=steps_per_epoch,
+                  total_steps=total_steps, seed=seed, backbone_ckpt=options.backbone_ckpt,
+                  ckpt=options.ckpt, compute_dtype=(distributed.mixed_precision_dtype(device)
+                                                  if config.mixed_precision else 'float32'))
+    logging.info('%s on %s x%d: %d steps (%d per epoch), global batch %d, compute %s',
+                 config.name, device, world, total_steps, steps_per_epoch,
+                 options.train_batch_size, params['compute_dtype'])
+    return Run(options, config, params, _build_estimator(options, params), label_map,
+               steps_per_epoch, total_steps)
+
+
+def train_input_fn(run):
+    options = run.options
+    return dataloader.InputReader(
+        options.training_file_pattern, is_training=True, use_fake_data=options.use_fake_data,
+        num_shards=distributed.size(), shard_index=distributed.rank(),
+        deterministic=options.deterministic, seed=run.params['seed'])

@@ -211,8 +211,8 @@ def test_labeler_rejects_mismatched_anchor_table():
 
 def test_factored_grid_iou_equals_dense_pairwise_iou():
     # The labeler builds IoUs per level from row/column factors; they must equal the
-    # dense box_ops.pairwise_iou exactly, across levels, scales and ratios.
-    from modeling import box_ops  # pylint: disable=import-outside-toplevel
+    # dense iou_reference.pairwise_iou exactly, across levels, scales and ratios.
+    import iou_reference  # pylint: disable=import-outside-toplevel
     shapes = anchors.level_shapes(64, 128, 3, 5)
     boxes = anchors.generate_anchor_boxes(64, 128, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
     labeler = anchors.AnchorLabeler(boxes, shapes, 9)
@@ -220,7 +220,7 @@ def test_factored_grid_iou_equals_dense_pairwise_iou():
                             [10, 10, 10, 10]], tf.float32)
     factored = tf.concat(labeler._level_ious(gt_boxes), axis=1)  # pylint: disable=protected-access
     np.testing.assert_array_equal(factored.numpy(),
-                                  box_ops.pairwise_iou(gt_boxes, boxes).numpy())
+                                  iou_reference.pairwise_iou(gt_boxes, boxes).numpy())
 
 
 def test_labeler_rejects_non_grid_anchor_table():

@@ -14,12 +14,11 @@ images/s per rank and global over the steps after warm-up, time per step, peak h
 infer: benchmarks/infer_bench.py. input: the tf.data pipeline alone (benchmarks/input_bench.py).
 """
 import os
-import sys
 
 from absl import app, flags
 
-import hparams_config
 from benchmarks.report import BenchError, emit, parse_batch_sizes
+from runtime import cli
 from training import recipe
 
 FLAGS = flags.FLAGS
@@ -56,6 +55,8 @@ def define_flags():
     flags.DEFINE_bool('onednn', True, 'Run TensorFlow with its oneDNN CPU kernels '
                       '(TF_ENABLE_ONEDNN_OPTS=1; TF 2.15 turns them on by itself only on CPUs '
                       'with AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
+    flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
+                      'error messages.')
     flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
                       'numbers).')
 
@@ -151,21 +152,16 @@ def main(argv):
         raise app.UsageError('usage: bench.py {%s} --flags...' % ','.join(COMMANDS))
     # Read by TensorFlow when it initialises: set before anything imports it.
     os.environ['TF_ENABLE_ONEDNN_OPTS'] = '1' if FLAGS.onednn else '0'
-    user_errors = [BenchError, hparams_config.ConfigError, FileNotFoundError]
+    from runtime import tf_env  # pylint: disable=import-outside-toplevel
+    tf_env.quiet_python_logging(FLAGS.verbose)
+    user_errors = [cli.UserError, FileNotFoundError]
     if argv[1] == 'suite':
         from benchmarks import suite  # pylint: disable=import-outside-toplevel
         user_errors.append(suite.SuiteError)
-    if argv[1] == 'infer':
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        from serving import model_spec  # pylint: disable=import-outside-toplevel
-        from training import checkpoints  # pylint: disable=import-outside-toplevel
-        tf.get_logger().setLevel('ERROR')  # TF1 deprecation notices drown the table.
-        user_errors += [model_spec.InferenceError, checkpoints.CheckpointError]
     try:
         COMMANDS[argv[1]]()
     except tuple(user_errors) as error:
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+        return cli.fail('bench.py', error, FLAGS.verbose)
     return 0
 
 

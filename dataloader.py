@@ -30,6 +30,7 @@ import tensorflow as tf
 import anchors
 import hparams_config
 from dataset import record_parser
+from dataset import tfrecord_framing as framing
 from dataset.record_parser import CONVERTER_HINT
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -175,10 +176,9 @@ def _labels_dict(targets, source_id, image_scale, original_size, groundtruth):
 
 def list_record_files(file_pattern):
     """Sorted files matching a glob or comma-separated globs, without the converter's JSON
-    side files (`train-*` also matches `train-label_map.json` and `train-summary.json`)."""
-    patterns = [p.strip() for p in file_pattern.split(',') if p.strip()]
-    return sorted({path for pattern in patterns for path in tf.io.gfile.glob(pattern)
-                   if not path.endswith('.json')})
+    side files (`train-*` also matches `train-label_map.json` and `train-summary.json`): the
+    shards the checker (dataset/verify_tfrecords.py) checks."""
+    return framing.list_shards(file_pattern)
 
 
 class InputReader:
@@ -198,10 +198,12 @@ class InputReader:
         seed: base seed; None (non-deterministic mode) draws one.
         max_examples: read only the first max_examples records of the whole (sorted file
             order) dataset, split across workers, e.g. --eval_samples.
+        skip: records to leave out (training.data_faults.SkipList: record indices per shard,
+            and where broken shards stop), or None.
     """
 
     def __init__(self, file_pattern, is_training, *, use_fake_data=False, num_shards=1,
-                 shard_index=0, deterministic=False, seed=None, max_examples=None):
+                 shard_index=0, deterministic=False, seed=None, max_examples=None, skip=None):
         if not 0 <= shard_index < num_shards:
             raise ValueError('shard_index must be in [0, num_shards=%d), got %d'
                              % (num_shards, shard_index))
@@ -213,6 +215,7 @@ class InputReader:
         self._deterministic = deterministic
         self._seed = seed
         self._max_examples = max_examples
+        self._skip = skip if skip is not None and (skip.bad or skip.readable) else None
 
     def __call__(self, params, input_context=None):
         """Returns a tf.data.Dataset of (images float32 [B, H, W, 3], labels dict)."""
@@ -254,7 +257,8 @@ class InputReader:
         """Serialized examples of this worker's part; shuffled and repeated in training."""
         files = self._list_files()
         if self._max_examples is not None or len(files) < num_shards:
-            dataset = tf.data.TFRecordDataset(files)
+            dataset = (tf.data.Dataset.from_tensor_slices(files).flat_map(self._file_records)
+                       if self._skip else tf.data.TFRecordDataset(files))
             if self._max_examples is not None:
                 dataset = dataset.take(self._max_examples)
             dataset = dataset.shard(num_shards, shard_index)
@@ -264,11 +268,32 @@ class InputReader:
             if self._is_training:
                 dataset = dataset.shuffle(len(files), seed=seed + 1)
             dataset = dataset.interleave(
-                tf.data.TFRecordDataset, cycle_length=min(len(files), max(2, os.cpu_count())),
+                self._file_records if self._skip else tf.data.TFRecordDataset,
+                cycle_length=min(len(files), max(2, os.cpu_count())),
                 num_parallel_calls=AUTOTUNE, deterministic=self._ordered)
         if self._is_training:
             dataset = dataset.shuffle(params['shuffle_buffer'], seed=seed).repeat()
         return dataset
+
+    def _file_records(self, path):
+        """One shard's records without the skipped ones (`skip`): a broken shard is read up to
+        its break, and bad records are left out by index."""
+        readable = [(p, n) for p, n in sorted(self._skip.readable.items())]
+        keys = ['%s#%d' % (p, i) for p, indices in sorted(self._skip.bad.items())
+                for i in indices]
+        records = tf.data.TFRecordDataset(path)
+        if readable:
+            counts = tf.constant([n for _, n in readable], tf.int64)
+            found = tf.equal(tf.constant([p for p, _ in readable]), path)
+            records = records.take(tf.reduce_min(tf.where(found, counts, tf.int64.max)))
+        if not keys:
+            return records
+        bad_keys = tf.constant(keys)
+
+        def keep(index, _):
+            key = tf.strings.join([path, '#', tf.strings.as_string(index)])
+            return tf.logical_not(tf.reduce_any(tf.equal(bad_keys, key)))
+        return records.enumerate().filter(keep).map(lambda _, record: record)
 
     def _example_fn(self, params, output_size, labeler, seed):
         """(element index, serialized Example) -> (image, labels) of one example."""

@@ -13,6 +13,8 @@ import re
 
 import yaml
 
+from runtime.cli import UserError
+
 IMAGENET_MEAN_RGB = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STDDEV_RGB = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
@@ -124,7 +126,7 @@ _CHOICES = {
 _IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A user-facing configuration mistake; the message names the key and the fix."""
 
 

@@ -9,19 +9,14 @@ The model comes from model_dir/config.yaml (written by main.py), the label map f
 `training_file_pattern` in model_dir/flags.json (or --label_map). See serving/detector.py for
 what the graph computes and serving/export.py for the SavedModel's signatures.
 """
-import sys
-
-from runtime import tf_env  # noqa: F401  (before anything imports tensorflow)
-import tensorflow as tf
+from runtime import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
 
-import hparams_config
-from dataset import label_map as label_map_lib
+from runtime import cli
 from serving import detector
 from serving import export
 from serving import model_spec
 from serving import predict
-from training import checkpoints
 
 FLAGS = flags.FLAGS
 
@@ -43,6 +38,8 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_float('min_score', 0.3, 'predict: draw detections scoring at least this '
                        '(the JSON keeps every detection).')
+    flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
+                      'error messages.')
 
 
 def _require(*names):
@@ -89,14 +86,16 @@ COMMANDS = {'export': run_export, 'predict': run_predict}
 def main(argv):
     if len(argv) != 2 or argv[1] not in COMMANDS:
         raise app.UsageError('usage: inference.py {%s} --flags...' % ','.join(COMMANDS))
-    tf.get_logger().setLevel('ERROR')  # TF1 SavedModel/Saver progress lines drown the output.
+    tf_env.quiet_python_logging(FLAGS.verbose)
     try:
         return COMMANDS[argv[1]]()
-    except (model_spec.InferenceError, hparams_config.ConfigError, label_map_lib.LabelMapError,
-            checkpoints.CheckpointError,
-            FileNotFoundError) as error:
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+    except (cli.UserError, FileNotFoundError) as error:
+        return cli.fail('inference.py', error, FLAGS.verbose)
+    except Exception as error:  # pylint: disable=broad-except
+        message = cli.disk_full_message(error, FLAGS.export_dir or FLAGS.output_dir or '.')
+        if message is None:
+            raise  # A bug: keep the traceback.
+        return cli.fail('inference.py', message, FLAGS.verbose)
 
 
 if __name__ == '__main__':

@@ -5,12 +5,12 @@ Flags are named as in the google/automl and Habana ports. `--hparams` takes a YA
 file (e.g. `train_batch_size: 8`): the YAML wins over a flag's default, a flag typed on the
 command line wins over the YAML.
 """
-import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from runtime import tf_env  # noqa: F401  (before anything imports tensorflow)
 import hparams_config
+from runtime import cli
 from training import loops
 from training import recipe
 from training import run_setup
@@ -65,6 +65,12 @@ def define_flags():
     flags.DEFINE_integer('benchmark_steps', 20, 'Steps measured by --benchmark (after warm-up).')
     flags.DEFINE_integer('benchmark_warmup_steps', 5, 'Steps excluded from --benchmark figures.')
     flags.DEFINE_string('profile_steps', None, 'START,END: profiler trace of those steps.')
+    flags.DEFINE_bool('skip_bad_records', False, 'Check every shard at start and leave out the '
+                      'records that cannot be read or decoded (named in the log, at the end of '
+                      'the run and in train_log.jsonl). Off: a bad record stops the run with '
+                      'its shard and index named.')
+    flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines and deprecation notices, "
+                      'and tracebacks with error messages.')
 
 
 def apply_recipe_options(run_options):
@@ -93,13 +99,17 @@ def resolve():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
+    tf_env.quiet_python_logging(FLAGS.verbose)
     try:
         options, config, explicit_keys = resolve()
         return loops.execute(run_setup.prepare(options, config, explicit_keys))
-    except loops.USER_ERRORS as error:
-        logging.error('%s', error)
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+    except cli.UserError as error:
+        return cli.fail('main.py', error, FLAGS.verbose)
+    except Exception as error:  # pylint: disable=broad-except
+        message = loops.disk_full_message(error, FLAGS.model_dir)
+        if message is None:
+            raise  # A bug: keep the traceback.
+        return cli.fail('main.py', message, FLAGS.verbose)
 
 
 def run():

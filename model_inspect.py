@@ -11,8 +11,8 @@ tf.compat.v1.profiler float_ops report sums), read directly from the graph: that
 count, without the profiler's per-node bookkeeping, so D7x takes seconds, not minutes.
 """
 import json
-import sys
 
+from runtime import tf_env  # (before anything imports tensorflow)
 import numpy as np
 import tensorflow as tf
 from absl import app
@@ -21,6 +21,7 @@ from tensorflow.python.framework import ops as tf_ops  # get_stats_for_node_def:
 
 import efficientdet_arch
 import hparams_config
+from runtime import cli
 from training import recipe
 
 tf1 = tf.compat.v1
@@ -91,13 +92,12 @@ def inspect_model(config, built=None):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s' % argv[1:])
-    tf.get_logger().setLevel('ERROR')  # Keep stdout/stderr to the one JSON line or an error.
+    tf_env.quiet_python_logging()  # Keep stdout/stderr to the one JSON line or an error.
     try:
         config = resolve_config(FLAGS.model_name, FLAGS.image_size, FLAGS.hparams,
                                 FLAGS.num_classes)
-    except hparams_config.ConfigError as error:
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+    except cli.UserError as error:
+        return cli.fail('model_inspect.py', error)
     print(json.dumps(inspect_model(config)))
     return 0
 

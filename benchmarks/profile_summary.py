@@ -27,6 +27,7 @@ from absl import app, flags
 from benchmarks import report
 from benchmarks import profile_parts
 from runtime import atomic_file
+from runtime.cli import UserError
 
 FLAGS = flags.FLAGS
 HOST_PLANE = '/host:CPU'
@@ -44,7 +45,7 @@ def define_flags():
     flags.DEFINE_string('json', None, 'Also write the numbers to this JSON file.')
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError, ValueError):
     """No usable trace at the path given; the message says how to make one."""
 
 

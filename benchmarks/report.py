@@ -3,12 +3,14 @@ scripts (and the suite) parse, markdown tables for the reports, and the user-err
 import json
 import os
 
+from runtime.cli import UserError
+
 RESULT_PREFIX = 'BENCHMARK '
 # The repository root: benchmark subprocesses (bench.py, main.py) run from here.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class BenchError(ValueError):
+class BenchError(UserError, ValueError):
     """A user mistake in the benchmark flags; the message names the fix."""
 
 

@@ -12,11 +12,13 @@ import math
 import os
 from typing import Dict, List, Tuple
 
+from runtime.cli import UserError
+
 REQUIRED_KEYS = ('images', 'annotations', 'categories')
 SKIP_REASONS = ('malformed', 'degenerate', 'outside', 'crowd')
 
 
-class ConversionError(Exception):
+class ConversionError(UserError):
     """A problem with the user's input data; the message says which file, which entry, and why."""
 
 

@@ -38,9 +38,9 @@ from dataset.coco_annotations import ConversionError
 from dataset.coco_annotations import read_dataset
 from dataset.image_codec import encode_jpeg
 from runtime import atomic_file
+from runtime import cli
 
 FLAGS = flags.FLAGS
-EXIT_USER_ERROR = 2
 _PROGRESS_COUNTER = None  # multiprocessing.Value shared with the workers; see _init_worker.
 _ON_PROGRESS = None  # In-process runs only: called with the images done after each image.
 
@@ -61,6 +61,7 @@ def define_flags():
                       'crowd regions for evaluation); false drops them.')
     flags.DEFINE_bool('skip_empty', False,
                       'Drop images without boxes; by default they are kept as negatives.')
+    flags.DEFINE_bool('verbose', False, 'Tracebacks with error messages.')
     flags.mark_flags_as_required(['image_dir', 'object_annotations_file', 'output_file_prefix'])
 
 
@@ -289,8 +290,15 @@ def main(argv) -> None:
                           FLAGS.include_crowd, FLAGS.skip_empty,
                           show_progress=True)
     except ConversionError as error:
-        print(f'create_coco_tfrecord: error: {error}', file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
+        sys.exit(cli.fail('create_coco_tfrecord', error, FLAGS.verbose))
+    except Exception as error:  # pylint: disable=broad-except
+        message = cli.disk_full_message(
+            error, os.path.dirname(os.path.abspath(FLAGS.output_file_prefix)),
+            fix='free space there or pass another --output_file_prefix, then rerun (unfinished '
+                'shards were removed)')
+        if message is None:
+            raise  # A bug: keep the traceback.
+        sys.exit(cli.fail('create_coco_tfrecord', message, FLAGS.verbose))
     print(format_summary(summary, summary.pop('seconds')))
 
 

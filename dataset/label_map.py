@@ -17,6 +17,7 @@ from typing import Dict, Iterable, Mapping, Optional
 import tensorflow as tf
 
 from runtime import atomic_file
+from runtime.cli import UserError
 
 LABEL_MAP_SUFFIX = '-label_map.json'
 # '-00003-of-00032.tfrecord', '-*-of-00032.tfrecord', '-?????-of-?????' ...
@@ -24,7 +25,12 @@ _SHARD_SUFFIX = re.compile(r'-[^-/]+-of-[^-/]+$')
 _GLOB_CHARS = re.compile(r'[*?\[]')
 
 
-class LabelMapError(ValueError):
+# The label map of the data a run trained on, copied into its model_dir by main.py so that
+# export, predict and eval name classes with no extra flag.
+MODEL_DIR_FILE = 'label_map.json'
+
+
+class LabelMapError(UserError, ValueError):
     """A label map file is malformed; the message names the file and the problem."""
 
 

@@ -14,6 +14,8 @@ import sys
 import tensorflow.compat.v1 as tf
 from absl import logging
 
+from runtime.cli import UserError
+
 DEVICES = ('HPU', 'GPU', 'CPU')
 
 _hvd = None          # the horovod.tensorflow module once init() has started it
@@ -22,7 +24,7 @@ _devices = {}        # (no_hpu, require) -> device chosen by select_device
 _hpu_probe = None    # (available, reason) after the first HPU probe
 
 
-class DeviceError(RuntimeError):
+class DeviceError(UserError, RuntimeError):
     """A device was requested with --device but this host cannot provide it."""
 
 
@@ -291,13 +293,24 @@ class _RankTagFilter(_py_logging.Filter):
         return True
 
 
-def configure_logging(log_dir: str | None = None, program_name: str = 'efficientdet') -> None:
+class _ShortFormatter(_py_logging.Formatter):
+    """'09:26:13 message', with the level named above INFO: the line a person reads. absl's
+    own prefix (level, date, thread id, file:line) comes back with --verbose."""
+
+    def format(self, record):
+        level = '' if record.levelno <= _py_logging.INFO else record.levelname + ' '
+        return '%s %s%s' % (self.formatTime(record, '%H:%M:%S'), level, record.getMessage())
+
+
+def configure_logging(log_dir: str | None = None, program_name: str = 'efficientdet',
+                      verbose: bool = True) -> None:
     """Tags non-main ranks' log lines with '[rank r/size]' and keeps their logging on stderr.
 
     Installs absl's handler on the root logger (as absl.app.run does). The main rank keeps
     absl's normal logging and, given `log_dir`, also writes absl's log file there; other ranks
     never write log files. tf.compat.v1.logging goes through absl's handler too. Idempotent.
-    Without Horovod: only the main-rank behaviour.
+    Without Horovod: only the main-rank behaviour. verbose=False: short lines (time, level
+    above INFO, message) instead of absl's prefix.
     """
     logging.use_absl_handler()
     handler = logging.get_absl_handler()
@@ -310,6 +323,8 @@ def configure_logging(log_dir: str | None = None, program_name: str = 'efficient
     for target in (handler, tf_logger):
         if not any(isinstance(f, _RankTagFilter) for f in target.filters):
             target.addFilter(_RankTagFilter())
+    if not verbose:
+        handler.python_handler.setFormatter(_ShortFormatter())
     if is_main():
         if log_dir:
             tf.io.gfile.makedirs(log_dir)

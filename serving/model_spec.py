@@ -10,9 +10,10 @@ import hparams_config
 from dataset import label_map as label_map_lib
 from training import checkpoints
 from training import recipe
+from runtime.cli import UserError
 
 
-class InferenceError(ValueError):
+class InferenceError(UserError, ValueError):
     """A user mistake (missing model_dir files, bad paths); the message names the fix."""
 
 
@@ -36,6 +37,11 @@ def _read_config(model_dir, hparams):
 
 
 def _find_label_map_path(model_dir):
+    """model_dir's own copy of the label map (main.py writes it), else the one beside the
+    TFRecords named in model_dir/flags.json."""
+    copied = os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE)
+    if os.path.isfile(copied):
+        return copied
     path = os.path.join(model_dir, 'flags.json')
     if not os.path.isfile(path):
         return None

@@ -69,8 +69,9 @@ def image_id_for(path, position):
     return int(stem) if stem.isdigit() else position
 
 
-def coco_rows(image_id, file_name, outputs):
-    """COCO result dicts of one image's outputs (batch of 1)."""
+def coco_rows(image_id, file_name, outputs, names=None):
+    """COCO result dicts of one image's outputs (batch of 1); with `names` ({category_id:
+    name}) each row also carries its category_name."""
     rows = []
     count = int(outputs['num_detections'][0])
     for box, score, category in zip(outputs['detection_boxes'][0][:count],
@@ -80,6 +81,8 @@ def coco_rows(image_id, file_name, outputs):
         rows.append({'image_id': image_id, 'file_name': file_name, 'category_id': int(category),
                      'bbox': [round(xmin, 2), round(ymin, 2), round(xmax - xmin, 2),
                               round(ymax - ymin, 2)], 'score': round(float(score), 6)})
+        if names and int(category) in names:
+            rows[-1]['category_name'] = names[int(category)]
     return rows
 
 
@@ -131,7 +134,7 @@ def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=
             continue
         outputs, timings = _predict_timed(predictor, pixels, repeat)
         latencies.extend(timings)
-        rows = coco_rows(image_id_for(path, position), file_name, outputs)
+        rows = coco_rows(image_id_for(path, position), file_name, outputs, names)
         results.extend(rows)
         _annotate(pixels, outputs, names, min_score,
                   os.path.join(output_dir, annotated_name(file_name)))

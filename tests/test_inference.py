@@ -4,6 +4,7 @@ predict CLI annotates a directory of odd images and skips a corrupt one."""
 import json
 import os
 import pickle
+import shutil
 import textwrap
 
 import numpy as np
@@ -240,6 +241,33 @@ def test_predict_from_model_dir_and_nothing_readable(trained, tmp_path):
     assert result.returncode == 0, result.stdout[-5000:]
     assert 'latency per image' in result.stdout
     assert os.path.getsize(tmp_path / 'out' / 'one.png') > 0
+
+
+def test_model_dir_keeps_the_label_map_for_class_names(trained, tiny_dataset, tmp_path):
+    """main.py copies the data's label map into model_dir, so predict names classes even
+    when the TFRecords it trained on are gone."""
+    copied = os.path.join(trained, 'label_map.json')
+    assert label_map_lib.load_label_map(copied).label_to_name == label_map_lib.load_label_map(
+        tiny_dataset['train_label_map']).label_to_name
+    moved = tmp_path / 'run'
+    shutil.copytree(trained, moved)
+    with open(moved / 'flags.json') as f:
+        run_flags = json.load(f)
+    run_flags.update(training_file_pattern=str(tmp_path / 'gone-*'),
+                     validation_file_pattern=str(tmp_path / 'gone-*'))
+    with open(moved / 'flags.json', 'w') as f:
+        json.dump(run_flags, f)
+    images = tmp_path / 'images'
+    images.mkdir()
+    for index, encoded in enumerate(list(_val_records(tiny_dataset['val_pattern']).values())[:2]):
+        (images / ('%d.jpg' % index)).write_bytes(encoded)
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % moved,
+                         '--input=%s' % images, '--output_dir=%s' % (tmp_path / 'out'),
+                         '--min_score=0'])
+    assert result.returncode == 0, result.stdout[-5000:]
+    rows = json.load(open(tmp_path / 'out' / 'detections.json'))
+    assert rows and {r['category_name'] for r in rows} <= {
+        'ellipse', 'rectangle', 'triangle', 'cross'}
 
 
 def test_export_without_checkpoint_is_a_clear_error(tmp_path):

@@ -208,6 +208,8 @@ def test_two_ranks_identity(two_ranks):
         assert result['is_main'] == (rank == 0) and result['is_distributed']
         assert (result['local_rank'], result['local_size']) == (rank, 2)
         assert result['device'] == 'CPU'
+        # On a GPU box each rank would see only its own GPU (automl issue 427: all on GPU 0).
+        assert result['gpu_visible_devices'] == str(rank) and result['gpu_allow_growth']
     assert results[0]['prefix'] == '' and results[1]['prefix'] == '[rank 1/2] '
 
 

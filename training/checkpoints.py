@@ -5,12 +5,14 @@ import re
 
 import tensorflow as tf
 
+from runtime.cli import UserError
+
 tf1 = tf.compat.v1
 
 _STEP_RE = re.compile(r'-(\d+)$')
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint path that names no checkpoint; the message says what to pass."""
 
 

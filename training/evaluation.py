@@ -21,6 +21,7 @@ import dataloader
 import det_model_fn
 from runtime import distributed
 from training import checkpoints
+from training import data_faults
 from training import run_log
 
 tf1 = tf.compat.v1
@@ -32,7 +33,8 @@ def _eval_input_fn(run):
     options = run.options
     reader = dataloader.InputReader(
         options.validation_file_pattern, is_training=False, num_shards=distributed.size(),
-        shard_index=distributed.rank(), max_examples=options.eval_samples or None)
+        shard_index=distributed.rank(), max_examples=options.eval_samples or None,
+        skip=run.eval_skip)
     per_rank_batch = options.eval_batch_size // distributed.size()
 
     def input_fn(params):
@@ -79,10 +81,37 @@ def _metric(run):
         testdev_dir=run.options.testdev_dir)
 
 
+def _checkpoint_present(checkpoint):
+    return tf.io.gfile.exists(checkpoint + '.index')
+
+
+def _predict_unless_removed(run, checkpoint):
+    """This rank's predict_shard, or None when the checkpoint is gone: a training job beside
+    this evaluator rotated it out (keep_checkpoint_max) before or while it was read."""
+    if not _checkpoint_present(checkpoint):
+        return None
+    try:
+        with data_faults.named_data_errors(run.options.validation_file_pattern,
+                                           run.config.num_classes):
+            return predict_shard(run, checkpoint)
+    except (tf.errors.NotFoundError, ValueError):
+        if _checkpoint_present(checkpoint):
+            raise
+        return None
+
+
 def evaluate_checkpoint(run, checkpoint):
-    """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank."""
+    """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank, or None
+    when the checkpoint was removed before it could be read (every rank then moves on)."""
     step = checkpoints.checkpoint_step(checkpoint)
-    image_ids, detections, groundtruth = predict_shard(run, checkpoint)
+    logging.info('evaluating %s (step %d)', os.path.basename(checkpoint), step)
+    shard = _predict_unless_removed(run, checkpoint)
+    if any(lost for lost in distributed.allgather_numpy(shard is None)):
+        logging.warning('%s was removed before evaluation (the training job keeps only '
+                        '--keep_checkpoint_max checkpoints); moving on',
+                        os.path.basename(checkpoint))
+        return None
+    image_ids, detections, groundtruth = shard
     image_ids, detections = _gather(image_ids), _gather(detections)
     groundtruth = _gather(groundtruth)
     metrics = None

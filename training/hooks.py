@@ -12,6 +12,7 @@ from absl import logging
 import det_model_fn
 from runtime import distributed
 from training import run_log
+from runtime.cli import UserError
 
 tf1 = tf.compat.v1
 
@@ -119,7 +120,7 @@ def parse_profile_steps(text):
     return start, end
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(UserError, RuntimeError):
     """The loss or the gradients stopped being finite; weights were left untouched."""
 
 

@@ -1,19 +1,23 @@
 """The modes of a run: train, eval (continuous, beside a training job) and train_and_eval
-(an evaluation after each epoch), over a prepared Run (training/run_setup.py)."""
-import hparams_config
-from dataset import label_map as label_map_lib
+(an evaluation after each epoch), over a prepared Run (training/run_setup.py).
+
+Errors that are the user's to fix derive from runtime.cli.UserError (main.py prints their one
+line and exits 2); a data error while reading shards becomes one (training/data_faults.py),
+and so does a full disk (`disk_full_message`).
+"""
+import glob
+import os
+import shutil
+
+from runtime import cli
 from runtime import distributed
 from training import benchmark
 from training import checkpoints
+from training import data_faults
 from training import evaluation
 from training import hooks
-from training import run_setup
+from training import run_log
 from training.run_setup import train_input_fn
-
-# Errors that are the user's to fix (flags, data, model_dir, a diverging recipe): main.py
-# prints their one-line message and exits 2, without a traceback.
-USER_ERRORS = (hparams_config.ConfigError, run_setup.RunSetupError, checkpoints.CheckpointError,
-               distributed.DeviceError, hooks.NonFiniteLossError, label_map_lib.LabelMapError)
 
 
 def current_step(run):
@@ -28,8 +32,11 @@ def current_step(run):
 def train_until(run, max_steps):
     if current_step(run) >= max_steps:
         return
-    run.estimator.train(train_input_fn(run), max_steps=max_steps,
-                        hooks=hooks.make_training_hooks(run.options, run.total_steps, max_steps))
+    pattern = None if run.options.use_fake_data else run.options.training_file_pattern
+    with data_faults.named_data_errors(pattern, run.config.num_classes):
+        run.estimator.train(train_input_fn(run), max_steps=max_steps,
+                            hooks=hooks.make_training_hooks(run.options, run.total_steps,
+                                                            max_steps))
 
 
 def execute(run):
@@ -39,17 +46,53 @@ def execute(run):
         return benchmark.run_benchmark(run)
     if options.mode == 'eval':
         evaluation.evaluate_continuously(run)
-        return 0
-    if options.mode == 'train':
+    elif options.mode == 'train':
         train_until(run, run.total_steps)
         if options.eval_after_training:
             evaluation.evaluate_latest(run)
-        return 0
-    epochs = run.total_steps // run.steps_per_epoch
-    for epoch in range(1, epochs + 1):
-        step = min(epoch * run.steps_per_epoch, run.total_steps)
-        if current_step(run) >= step and epoch < epochs:
-            continue
-        train_until(run, step)
-        evaluation.evaluate_latest(run)
+    else:
+        epochs = run.total_steps // run.steps_per_epoch
+        for epoch in range(1, epochs + 1):
+            step = min(epoch * run.steps_per_epoch, run.total_steps)
+            if current_step(run) >= step and epoch < epochs:
+                continue
+            train_until(run, step)
+            evaluation.evaluate_latest(run)
+    report_skipped(run)
     return 0
+
+
+def report_skipped(run):
+    """With --skip_bad_records: what was left out, on the screen and in the JSON log."""
+    for name, skips in (('training', run.train_skip), ('validation', run.eval_skip)):
+        if skips is None or not (skips.count or skips.readable):
+            continue
+        print('--skip_bad_records: the %s data had %s%s' % (
+            name, skips.describe(), '; shards cut short: %s' % ', '.join(
+                sorted(os.path.basename(p) for p in skips.readable)) if skips.readable else ''),
+              flush=True)
+        if distributed.is_main():
+            run_log.append_json_log(run.options.model_dir, dict(
+                skips.as_json(), event='skipped_records', data=name,
+                cut_short=sorted(skips.readable)))
+
+
+def _checkpoint_bytes(model_dir):
+    """Size of the newest checkpoint's files: about what the next one needs."""
+    latest = checkpoints.latest_checkpoint(model_dir)
+    return sum(os.path.getsize(path) for path in glob.glob(latest + '.*')) if latest else None
+
+
+def disk_full_message(error, model_dir):
+    """One line for an out-of-space error while training or evaluating into model_dir (the
+    newest complete checkpoint stays loadable: TensorFlow names it in `checkpoint` only once
+    its files are whole), or None for any other error."""
+    if not cli.is_disk_full(error):
+        return None
+    for partial in glob.glob(os.path.join(model_dir or '.', 'model.ckpt-*_temp*')):
+        shutil.rmtree(partial, ignore_errors=True)  # A checkpoint the disk could not hold.
+    latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
+    return cli.disk_full_message(
+        error, model_dir or '.', needed_bytes=_checkpoint_bytes(model_dir) if latest else None,
+        fix='free space there (or use another --model_dir) and rerun the same command: it '
+            'resumes from %s' % (os.path.basename(latest) if latest else 'the start'))

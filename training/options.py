@@ -42,6 +42,8 @@ class RunOptions:
     benchmark_steps: int
     benchmark_warmup_steps: int
     profile_steps: str
+    skip_bad_records: bool
+    verbose: bool
 
     @classmethod
     def names(cls):

@@ -18,12 +18,13 @@ from absl import app, flags  # pylint: disable=wrong-import-position
 
 from runtime import atomic_file  # pylint: disable=wrong-import-position
 from training import run_log  # pylint: disable=wrong-import-position
+from runtime.cli import UserError  # pylint: disable=wrong-import-position
 
 LOSS_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss')
 AP_KEYS = ('AP', 'AP50', 'AP75')
 
 
-class CurvesError(ValueError):
+class CurvesError(UserError, ValueError):
     """Nothing to plot; the message says where the log was looked for."""
 
 

@@ -15,12 +15,14 @@ from dataset import label_map as label_map_lib
 from runtime import atomic_file
 from runtime import distributed
 from training import checkpoints
+from training import data_faults
 from training.options import RunOptions
+from runtime.cli import UserError
 
 tf1 = tf.compat.v1
 
 
-class RunSetupError(ValueError):
+class RunSetupError(UserError, ValueError):
     """A user mistake in options, data or model_dir; the message names it and the fix."""
 
 
@@ -33,6 +35,8 @@ class Run:
     label_map: object
     steps_per_epoch: int
     total_steps: int
+    train_skip: object = None  # training.data_faults.SkipList with --skip_bad_records.
+    eval_skip: object = None
 
 
 def _check_pattern(flag_name, pattern):
@@ -128,25 +132,36 @@ def _check_model_dir(model_dir, config):
                 model_dir))
 
 
-def _write_run_files(model_dir, config, options):
+def _write_run_files(model_dir, config, options, label_map):
+    """config.yaml, flags.json and the data's label map: what export, predict and eval read
+    back from model_dir (class names included) with no other flag."""
     os.makedirs(model_dir, exist_ok=True)
     atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'), config.to_yaml())
+    if label_map is not None:
+        atomic_file.write_json_atomically(os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE),
+                                          label_map.to_json_dict(), indent=2)
     atomic_file.write_json_atomically(os.path.join(model_dir, 'flags.json'),
                                       options.as_dict())
 
 
-def _session_config(options):
+def session_config(device, use_xla=False):
+    """The session of each rank: its share of this box's cores; on a GPU box, as Horovod's
+    guide sets it up, only the rank's own GPU (visible_device_list = local rank, so N ranks do
+    not all land on GPU 0) with memory grown on demand."""
     session_config = tf1.ConfigProto(allow_soft_placement=True)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     session_config.intra_op_parallelism_threads = max(1, cores // distributed.local_size())
     session_config.inter_op_parallelism_threads = 2
-    if options.use_xla:
+    if device == 'GPU':
+        session_config.gpu_options.visible_device_list = str(distributed.local_rank())
+        session_config.gpu_options.allow_growth = True
+    if use_xla:
         session_config.graph_options.optimizer_options.global_jit_level = (
             tf1.OptimizerOptions.ON_1)
     return session_config
 
 
-def _build_estimator(options, params):
+def _build_estimator(options, params, device):
     main = distributed.is_main()
     model_dir = (options.model_dir if main
                  else tempfile.mkdtemp(prefix='rank%d-' % distributed.rank()))
@@ -155,7 +170,7 @@ def _build_estimator(options, params):
         save_checkpoints_steps=options.cp_every_n_steps if main else None,
         save_checkpoints_secs=None, keep_checkpoint_max=options.keep_checkpoint_max,
         save_summary_steps=options.iterations_per_loop if main else None,
-        log_step_count_steps=None, session_config=_session_config(options))
+        log_step_count_steps=None, session_config=session_config(device, options.use_xla))
     return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
 
 
@@ -164,7 +179,7 @@ def prepare(options, config, explicit_keys):
     # The Habana module must be loaded before hvd.init() (it reads HOROVOD_CYCLE_TIME).
     device = distributed.select_device(no_hpu=options.no_hpu, require=options.device)
     distributed.init(options.use_horovod)
-    distributed.configure_logging()
+    distributed.configure_logging(verbose=options.verbose)
     if not options.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
     _check_inputs(options)
@@ -182,7 +197,7 @@ def prepare(options, config, explicit_keys):
     seed = options.seed if options.seed is not None else (0 if options.deterministic else None)
     if distributed.is_main():
         _check_model_dir(options.model_dir, config)
-        _write_run_files(options.model_dir, config, options)
+        _write_run_files(options.model_dir, config, options, label_map)
     params = dict(config.as_dict(), batch_size=per_rank_batch,
                   global_batch_size=options.train_batch_size, steps_per_epoch=steps_per_epoch,
                   total_steps=total_steps, seed=seed, backbone_ckpt=options.backbone_ckpt,
@@ -191,8 +206,23 @@ def prepare(options, config, explicit_keys):
     logging.info('%s on %s x%d: %d steps (%d per epoch), global batch %d, compute %s',
                  config.name, device, world, total_steps, steps_per_epoch,
                  options.train_batch_size, params['compute_dtype'])
-    return Run(options, config, params, _build_estimator(options, params), label_map,
-               steps_per_epoch, total_steps)
+    return Run(options, config, params, _build_estimator(options, params, device), label_map,
+               steps_per_epoch, total_steps, *_skip_lists(options, config))
+
+
+def _skip_lists(options, config):
+    """--skip_bad_records: rank 0 checks the shards the mode reads, every rank gets the lists."""
+    if not options.skip_bad_records:
+        return None, None
+    lists = (None, None)
+    if distributed.is_main():
+        reads_train = options.mode != 'eval' and not options.use_fake_data
+        reads_eval = options.mode != 'train' or options.eval_after_training
+        lists = tuple(data_faults.find_bad_records(pattern, config.num_classes) if wanted
+                      else None for pattern, wanted in (
+                          (options.training_file_pattern, reads_train),
+                          (options.validation_file_pattern, reads_eval)))
+    return distributed.broadcast_object(lists)
 
 
 def train_input_fn(run):
@@ -200,4 +230,4 @@ def train_input_fn(run):
     return dataloader.InputReader(
         options.training_file_pattern, is_training=True, use_fake_data=options.use_fake_data,
         num_shards=distributed.size(), shard_index=distributed.rank(),
-        deterministic=options.deterministic, seed=run.params['seed'])
+        deterministic=options.deterministic, seed=run.params['seed'], skip=run.train_skip)

@@ -1,0 +1,84 @@
+"""One error policy for every command (main.py, the launcher, inference.py, bench.py, the
+dataset tools): a user or data error prints one line, `PROGRAM: error: MESSAGE`, where the
+message names the input and the fix, and exits with status 2, without a traceback. `--verbose`
+adds the traceback. Anything else is a bug and keeps Python's traceback.
+
+Errors that are the user's to fix derive from UserError. A full disk is one too: it is turned
+into one line naming the path, the free space and the space needed (`disk_full_message`).
+Importing this module loads nothing heavy (the launcher imports it without TensorFlow).
+"""
+import errno
+import os
+import re
+import shutil
+import sys
+import traceback
+
+EXIT_USER_ERROR = 2
+_VERBOSE_SPELLINGS = ('--verbose', '--verbose=true', '--verbose=True', '--verbose=1')
+_NO_SPACE = re.compile(r'No space left on device|Disk quota exceeded|ENOSPC', re.IGNORECASE)
+_PATH_IN_TEXT = re.compile(r"(/[^\s:;,'\"\]\)]+)")
+
+
+class UserError(Exception):
+    """Base of the errors that are the user's to fix: flags, data, paths, devices."""
+
+
+def verbose_requested(argv=None):
+    """--verbose on the command line; read before flags are parsed (TensorFlow's log level
+    must be chosen before TensorFlow is imported)."""
+    return any(arg in _VERBOSE_SPELLINGS for arg in (sys.argv[1:] if argv is None else argv))
+
+
+def fail(program, message, verbose=False):
+    """Prints the one error line (and with verbose the current traceback); returns 2."""
+    sys.stdout.flush()
+    print('%s: error: %s' % (program, message), file=sys.stderr, flush=True)
+    if verbose:
+        traceback.print_exc()
+    return EXIT_USER_ERROR
+
+
+def is_disk_full(error):
+    """True for an OSError ENOSPC/EDQUOT or a TensorFlow error saying the same."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return bool(_NO_SPACE.search(str(getattr(error, 'message', '') or error)))
+
+
+def _megabytes(num_bytes):
+    return '%.0f MB' % (num_bytes / 2.0 ** 20) if num_bytes >= 2 ** 20 else '%d bytes' % num_bytes
+
+
+def _existing_directory(path):
+    path = os.path.abspath(path)
+    while path and not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path or '/'
+
+
+def _path_in_message(error, default_path):
+    """A file named in `error`'s text under `default_path` (TensorFlow's messages also hold
+    op names such as /SaveV2), else default_path itself."""
+    root = os.path.abspath(default_path)
+    for found in _PATH_IN_TEXT.findall(str(getattr(error, 'message', '') or error)):
+        if os.path.abspath(found).startswith(root + os.sep):
+            return found
+    return default_path
+
+
+def disk_full_message(error, default_path, needed_bytes=None, fix=None):
+    """One line for an out-of-space `error` while writing under `default_path`, or None when
+    `error` is something else. needed_bytes: what the write needs (e.g. the size of the last
+    checkpoint), said when known; fix: the advice (default: free space or write elsewhere)."""
+    if not is_disk_full(error):
+        return None
+    path = getattr(error, 'filename', None) or _path_in_message(error, default_path)
+    free = shutil.disk_usage(_existing_directory(path)).free
+    need = ', about %s needed' % _megabytes(needed_bytes) if needed_bytes else ''
+    return ('no space left on the device writing %s (%s free%s); %s'
+            % (path, _megabytes(free), need,
+               fix or 'free some space there or write to another directory'))

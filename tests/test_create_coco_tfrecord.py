@@ -393,3 +393,22 @@ def test_sixteen_bit_palette_and_progressive_images_become_baseline_rgb(tmp_path
                                                    progressive=True)
     jpeg, _ = _encode_and_decode(tmp_path / 'progressive.jpg', 30, 20)
     assert jpeg != (tmp_path / 'progressive.jpg').read_bytes()
+
+
+def test_cli_on_a_full_disk_says_so_and_leaves_no_shard(dataset, tmp_path):
+    image_dir, json_path = dataset
+    disk = tmp_path / 'disk'
+    disk.mkdir()
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=48k', 'tmpfs', str(disk)], check=True)
+    try:
+        result = _run_cli(_cli_args(image_dir, json_path, str(disk / 'train')))
+        leftovers = os.listdir(disk)
+    finally:
+        subprocess.run(['umount', '-l', str(disk)], check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    error_lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert len(error_lines) == 1 and 'Traceback' not in result.stderr
+    assert error_lines[0].startswith('create_coco_tfrecord: error: no space left on the device '
+                                     'writing %s' % disk)
+    assert '--output_file_prefix' in error_lines[0]
+    assert leftovers == []  # No shard, finished or not, is left behind.

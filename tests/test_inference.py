@@ -5,6 +5,7 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
 import textwrap
 
 import numpy as np
@@ -310,3 +311,20 @@ def test_host_nms_per_class():
     # Identical boxes: only another class survives the best one.
     assert host_postprocess.nms(boxes, scores, 0.5, 10, classes=np.array([0, 0, 1])).tolist() \
         == [0, 2]
+
+
+def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(trained, tmp_path):
+    disk = tmp_path / 'disk'
+    disk.mkdir()
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', str(disk)], check=True)
+    try:
+        result = run_python(['inference.py', 'export', '--model_dir=%s' % trained,
+                             '--export_dir=%s' % (disk / 'saved_model')])
+        leftovers = os.listdir(disk)
+    finally:
+        subprocess.run(['umount', '-l', str(disk)], check=False)
+    assert result.returncode == 2, result.stdout[-3000:]
+    line = [line for line in result.stdout.splitlines() if 'error:' in line][0]
+    assert line.startswith('inference.py: error: no space left on the device writing %s' % disk)
+    assert 'Traceback' not in result.stdout
+    assert leftovers == []  # Neither the export nor its staging directory is left behind.

@@ -176,10 +176,11 @@ def _build_estimator(options, params, device):
 
 def prepare(options, config, explicit_keys):
     """Validates everything it can before a graph is built; returns a Run."""
+    distributed.configure_logging(verbose=options.verbose)
     # The Habana module must be loaded before hvd.init() (it reads HOROVOD_CYCLE_TIME).
     device = distributed.select_device(no_hpu=options.no_hpu, require=options.device)
     distributed.init(options.use_horovod)
-    distributed.configure_logging(verbose=options.verbose)
+    distributed.configure_logging(verbose=options.verbose)  # Now it knows the main rank.
     if not options.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
     _check_inputs(options)

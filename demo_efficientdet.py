@@ -26,6 +26,7 @@ import tempfile
 import hccl_config
 from hccl_config import (ClusterConfigError, Host, LaunchError, LauncherArgs,  # noqa: F401
                          exported_names, model_dir_from, parse_launcher_argv)
+from runtime import cli
 from training import legacy_flags
 
 USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --helpfull>
@@ -301,8 +302,7 @@ def exec_single_process(command, env):
 
 
 def _fail(message):
-    print(f"{_PROGRAM}: error: {message}", file=sys.stderr)
-    return 2
+    return cli.fail(_PROGRAM, message)
 
 
 def main(argv=None, environ=None):

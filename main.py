@@ -11,6 +11,8 @@ from absl import app, flags
 from runtime import tf_env  # noqa: F401  (before anything imports tensorflow)
 import hparams_config
 from runtime import cli
+from runtime import distributed
+from training import legacy_flags
 from training import loops
 from training import recipe
 from training import run_setup
@@ -56,8 +58,12 @@ def define_flags():
                       '9.6x slower (docs/training-step-profile.md).')
     flags.DEFINE_bool('deterministic', False, 'Seeded, ordered input and deterministic ops.')
     flags.DEFINE_integer('seed', None, 'Random seed (default 0 with --deterministic).')
-    flags.DEFINE_bool('use_horovod', None, 'Force Horovod on (default: on when run by mpirun '
-                      'with more than one rank).')
+    # Habana's spellings: --use_horovod, --use_horovod=8, --use_horovod 8; --dump_all_ranks;
+    # and the TPU-era flags of the seed's scripts (accepted; a TPU request is an error).
+    legacy_flags.define_use_horovod_flag()
+    legacy_flags.define_dump_all_ranks_flag()
+    legacy_flags.define_tpu_era_flags()
+    flags.adopt_module_key_flags(legacy_flags)
     flags.DEFINE_bool('no_hpu', False, 'Do not use a Habana Gaudi HPU even when present.')
     flags.DEFINE_enum('device', None, ['HPU', 'GPU', 'CPU', 'hpu', 'gpu', 'cpu'],
                       'Require this device; an error if it is absent.')
@@ -100,7 +106,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
     tf_env.quiet_python_logging(FLAGS.verbose)
+    distributed.configure_logging(verbose=FLAGS.verbose)
     try:
+        legacy_flags.check_tpu_era_flags(FLAGS)
         options, config, explicit_keys = resolve()
         return loops.execute(run_setup.prepare(options, config, explicit_keys))
     except cli.UserError as error:
@@ -114,7 +122,7 @@ def main(argv):
 
 def run():
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=legacy_flags.parse_flags)
 
 
 if __name__ == '__main__':

@@ -11,12 +11,14 @@ import dataclasses
 import ipaddress
 import re
 
+from runtime.cli import UserError
+
 # RFC 1123 label: letters, digits and hyphens, 1-63 characters, no hyphen at either end.
 _LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _SLOTS = re.compile(r"^slots=([0-9]+)$")
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(UserError, ValueError):
     """A user-supplied host list, hostfile or HCL setting is malformed; the text says the fix."""
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import re
 
 from hccl_config.hcl_config import DEFAULT_HLS_TYPE, check_hls_type
+from runtime.cli import UserError
 
 BOOL_FLAGS = ("kubernetes_run", "dry_run")
 VALUE_FLAGS = ("use_horovod", "hls_type", "main_script")
@@ -18,7 +19,7 @@ _BOOLEAN_LOOKING = TRUE_WORDS + FALSE_WORDS + ("yes", "no", "y", "n")
 _FLAG = re.compile(r"--?([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", re.DOTALL)
 
 
-class LaunchError(ValueError):
+class LaunchError(UserError, ValueError):
     """A launcher flag or environment setting is wrong; the message names it and the fix."""
 
 

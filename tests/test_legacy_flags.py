@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from absl import flags
 
+from runtime import cli
 from training import legacy_flags
 
 PROGRAM = "main.py"
@@ -109,7 +110,7 @@ def test_world_size_agrees(value, world, per_box):
 def test_world_size_disagreement_names_both_numbers(value, world, per_box, message):
     with pytest.raises(legacy_flags.WorldSizeError) as raised:
         legacy_flags.check_world_size(value, world, ranks_per_box=per_box)
-    assert isinstance(raised.value, ValueError)
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, cli.UserError)
     assert message in str(raised.value)
 
 
@@ -175,3 +176,19 @@ def test_module_imports_no_tensorflow():
                             timeout=60, cwd=str(Path(__file__).parents[1]))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_check_tpu_era_flags_raises_one_user_error_or_warns_once():
+    flag_values = tpu_flags()
+    flag_values([PROGRAM, "--use_tpu", "--tpu=my-tpu"])
+    with pytest.raises(legacy_flags.TpuFlagError) as raised:
+        legacy_flags.check_tpu_era_flags(flag_values, warn=pytest.fail)
+    assert isinstance(raised.value, cli.UserError)
+    assert str(raised.value).count("Cloud TPU") == 2 and "\n" not in str(raised.value)
+    warnings = []
+    flag_values = tpu_flags()
+    flag_values([PROGRAM, "--num_cores=8", "--sbs_test"])
+    legacy_flags.check_tpu_era_flags(flag_values, warn=warnings.append)
+    assert warnings == ["ignoring TPU-era flags that have no effect here: --num_cores, "
+                        "--sbs_test"]
+    legacy_flags.check_tpu_era_flags(tpu_flags(), warn=pytest.fail)  # unparsed: nothing set

@@ -12,6 +12,7 @@ from absl import logging
 import det_model_fn
 from runtime import distributed
 from training import run_log
+from training import run_setup
 from runtime.cli import UserError
 
 tf1 = tf.compat.v1
@@ -148,9 +149,10 @@ class FiniteGuardHook(tf1.train.SessionRunHook):
 
 def make_training_hooks(options, total_steps, stop_step):
     """The hooks of one Estimator.train() call that stops at `stop_step`."""
+    log_dir = run_setup.rank_log_dir(options)
     hooks = [FiniteGuardHook(), TrainLogHook(
-        options.model_dir, options.train_batch_size, max(total_steps, stop_step),
-        options.log_every_n_steps, write_files=distributed.is_main(), stop_step=stop_step)]
+        log_dir, options.train_batch_size, max(total_steps, stop_step),
+        options.log_every_n_steps, write_files=log_dir is not None, stop_step=stop_step)]
     if options.profile_steps and distributed.is_main():
         start, end = parse_profile_steps(options.profile_steps)
         hooks.append(ProfilerWindowHook(start, end, os.path.join(options.model_dir, 'profile')))

@@ -16,16 +16,25 @@ The TPU-era flags of the automl seed (`--use_tpu`, `--tpu`, ...) are defined so 
 lines parse; `tpu_era_problems` says which ask for a TPU (an error) and which are ignored.
 """
 
-from absl import app
+import os
+import sys
+
 from absl import flags
+from absl import logging
+
+from runtime import cli
 
 USE_HOROVOD = "use_horovod"
 _TRUE_WORDS = ("true", "t", "1")
 _FALSE_WORDS = ("false", "f", "0")
 
 
-class WorldSizeError(ValueError):
+class WorldSizeError(cli.UserError, ValueError):
     """A rank count given with --use_horovod disagrees with the ranks mpirun started."""
+
+
+class TpuFlagError(cli.UserError, ValueError):
+    """A TPU-era flag asks for a Cloud TPU."""
 
 
 class UseHorovodParser(flags.ArgumentParser):
@@ -100,9 +109,13 @@ def _is_flag_value(text):
 
 
 def parse_flags(argv):
-    """absl's usual parsing (`app.run(main, flags_parser=parse_flags)`) after folding
-    a separate --use_horovod value."""
-    return app.parse_flags_with_usage(fold_use_horovod_value(argv))
+    """absl's parsing (`app.run(main, flags_parser=parse_flags)`) after folding a separate
+    --use_horovod value; a flag error (a typo, a bad value) is the one-line error of every
+    command, exit status 2, with absl's suggestion ('Did you mean: model_dir ?')."""
+    try:
+        return flags.FLAGS(fold_use_horovod_value(argv))
+    except flags.Error as error:
+        sys.exit(cli.fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
 
 
 def horovod_switch(value):
@@ -195,3 +208,14 @@ def ignored_flags_warning(ignored_names):
         return None
     return ("ignoring TPU-era flags that have no effect here: %s"
             % ", ".join("--" + name for name in ignored_names))
+
+
+def check_tpu_era_flags(flag_values=flags.FLAGS, warn=logging.warning):
+    """For main.py: raises TpuFlagError (its error lines joined by '; ') when a flag asks for a
+    TPU, else passes the one warning line about ignored TPU-era flags, if any, to `warn`."""
+    errors, ignored = tpu_era_problems(flag_values)
+    if errors:
+        raise TpuFlagError("; ".join(errors))
+    warning = ignored_flags_warning(ignored)
+    if warning:
+        warn(warning)

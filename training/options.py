@@ -35,7 +35,7 @@ class RunOptions:
     use_xla: bool
     deterministic: bool
     seed: int
-    use_horovod: bool
+    use_horovod: object  # None (auto), a bool, or Habana's rank count (--use_horovod 8).
     no_hpu: bool
     device: str
     benchmark: bool
@@ -43,6 +43,7 @@ class RunOptions:
     benchmark_warmup_steps: int
     profile_steps: str
     skip_bad_records: bool
+    dump_all_ranks: bool
     verbose: bool
 
     @classmethod

@@ -16,6 +16,7 @@ from runtime import atomic_file
 from runtime import distributed
 from training import checkpoints
 from training import data_faults
+from training import legacy_flags
 from training.options import RunOptions
 from runtime.cli import UserError
 
@@ -161,15 +162,27 @@ def session_config(device, use_xla=False):
     return session_config
 
 
+def rank_log_dir(options):
+    """Where this rank writes its logs and summaries: model_dir on rank 0; with Habana's
+    --dump_all_ranks model_dir/worker_<rank> on the others; else None (they write nothing)."""
+    if distributed.is_main():
+        return options.model_dir
+    if options.dump_all_ranks:
+        return os.path.join(options.model_dir, 'worker_%d' % distributed.rank())
+    return None
+
+
 def _build_estimator(options, params, device):
     main = distributed.is_main()
-    model_dir = (options.model_dir if main
-                 else tempfile.mkdtemp(prefix='rank%d-' % distributed.rank()))
+    log_dir = rank_log_dir(options)
+    # Other ranks never checkpoint: their Estimator directory is their log dir or a temp one.
+    model_dir = log_dir or tempfile.mkdtemp(prefix='rank%d-' % distributed.rank())
+    os.makedirs(model_dir, exist_ok=True)
     run_config = tf1.estimator.RunConfig(
         model_dir=model_dir, tf_random_seed=params['seed'],
         save_checkpoints_steps=options.cp_every_n_steps if main else None,
         save_checkpoints_secs=None, keep_checkpoint_max=options.keep_checkpoint_max,
-        save_summary_steps=options.iterations_per_loop if main else None,
+        save_summary_steps=options.iterations_per_loop if log_dir else None,
         log_step_count_steps=None, session_config=session_config(device, options.use_xla))
     return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
 
@@ -179,7 +192,9 @@ def prepare(options, config, explicit_keys):
     distributed.configure_logging(verbose=options.verbose)
     # The Habana module must be loaded before hvd.init() (it reads HOROVOD_CYCLE_TIME).
     device = distributed.select_device(no_hpu=options.no_hpu, require=options.device)
-    distributed.init(options.use_horovod)
+    distributed.init(legacy_flags.horovod_switch(options.use_horovod))
+    legacy_flags.check_world_size(options.use_horovod, distributed.size(),
+                                  ranks_per_box=distributed.local_size())
     distributed.configure_logging(verbose=options.verbose)  # Now it knows the main rank.
     if not options.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')

@@ -9,6 +9,9 @@ import glob
 import os
 import shutil
 
+from absl import logging
+
+from dataset import doctor
 from runtime import cli
 from runtime import distributed
 from training import benchmark
@@ -44,6 +47,8 @@ def execute(run):
     options = run.options
     if options.benchmark:
         return benchmark.run_benchmark(run)
+    if options.mode != 'eval':
+        check_anchor_coverage(run)
     if options.mode == 'eval':
         evaluation.evaluate_continuously(run)
     elif options.mode == 'train':
@@ -60,6 +65,25 @@ def execute(run):
             evaluation.evaluate_latest(run)
     report_skipped(run)
     return 0
+
+
+def check_anchor_coverage(run):
+    """The data doctor's coverage check at start (dataset/doctor.py, NumPy on annotations
+    only): one line per class whose boxes mostly miss the anchors, pointing to the doctor.
+    Annotations: --val_json_file when given, else the training TFRecords. Never stops a run."""
+    options = run.options
+    if not distributed.is_main() or options.use_fake_data:
+        return
+    json_file = options.val_json_file or None
+    try:
+        lines = doctor.low_coverage_warnings(
+            run.config, json_file, file_pattern=None if json_file else
+            options.training_file_pattern, hparams=options.hparams)
+    except (cli.UserError, OSError, ValueError) as error:
+        logging.info('anchor coverage check skipped: %s', error)
+        return
+    for line in lines:
+        logging.warning(line)
 
 
 def report_skipped(run):

@@ -25,8 +25,7 @@ import time
 
 if __package__ in (None, ''):  # Run as a script: make the repository root importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if __name__ == '__main__':  # A CLI: keep TensorFlow's start-up log lines out of the output.
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from runtime import tf_env  # noqa: F401  pylint: disable=g-import-not-at-top (before TF)
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

@@ -18,6 +18,7 @@ import sys
 
 if __package__ in (None, ''):  # Run as a script: make the repository root importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from runtime import tf_env  # noqa: F401  pylint: disable=wrong-import-position (before TF)
 
 import numpy as np  # pylint: disable=wrong-import-position
 import yaml  # pylint: disable=wrong-import-position
@@ -197,6 +198,11 @@ def main(argv):
     del argv
     options = flags.FLAGS
     try:
+        unknown = set(options.advise) - set(advice_lib.ADVISED_KEYS)
+        if unknown:
+            raise DoctorInputError('--advise=%s: cannot advise on %s; choose among %s' % (
+                ','.join(options.advise), ', '.join(sorted(unknown)),
+                ','.join(advice_lib.ADVISED_KEYS)))
         config = recipe_lib.resolve(options.model_name, options.hparams)
         box_set = load_boxes(options.annotations, options.file_pattern, options.max_records)
         report, eval_placed, advised = diagnose(box_set, config, options.model_name,
@@ -213,7 +219,8 @@ def main(argv):
             write_recipe(options.write_recipe, options.hparams, options.model_name,
                          report['advised_overrides'])
             print('Wrote %s' % options.write_recipe)
-    except (DoctorInputError, ValueError, OSError) as error:
+    except (DoctorInputError, hparams_config.ConfigError, doctor_data.LabelMapError,
+            OSError) as error:
         print('error: %s' % error, file=sys.stderr)
         return 2
     return 0

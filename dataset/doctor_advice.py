@@ -119,8 +119,9 @@ def grow_aspect_ratios(scorer, setup) -> Step:
         current, score = np.maximum(current, candidates.pop(best)), scores[best]
         added.append(best)
     after = setup.replace(aspect_ratios=setup.aspect_ratios + tuple(added))
-    note = ('%d -> %d anchors per location' % (setup.anchors_per_location,
-                                                after.anchors_per_location) if added else '')
+    note = ('%d -> %d anchors per location: the heads\' prediction layers change shape, so a '
+            '--ckpt trained with other anchors no longer fits them (--backbone_ckpt does)'
+            % (setup.anchors_per_location, after.anchors_per_location) if added else '')
     return Step('aspect_ratios', setup.overrides()['aspect_ratios'],
                 after.overrides()['aspect_ratios'], after, score, note)
 

@@ -8,6 +8,7 @@ outside the image) are dropped and counted; boxes crossing the image border are 
 dataset/coco_annotations.py does.
 """
 import dataclasses
+import itertools
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -18,6 +19,9 @@ from dataset import label_map as label_map_lib
 from dataset import tfrecord_format as fmt
 from dataset import tfrecord_framing
 from dataset.record_parser import CONVERTER_HINT
+
+
+LabelMapError = label_map_lib.LabelMapError
 
 
 class DoctorInputError(ValueError):
@@ -192,7 +196,15 @@ def _read_records(file_pattern, max_records):
     records = tf.data.TFRecordDataset(paths)
     if max_records:
         records = records.take(max_records)
-    for index, serialized in enumerate(records.as_numpy_iterator()):
+    iterator = records.as_numpy_iterator()
+    for index in itertools.count():
+        try:
+            serialized = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.OpError as error:
+            raise DoctorInputError(f'record {index} of --file_pattern={file_pattern} cannot be '
+                                   f'read: {error.message.splitlines()[0]}') from None
         height, width, boxes, labels, crowd, names = _record_fields(
             tf.train.Example.FromString(serialized), f'record {index} of {file_pattern}')
         yield height, width, boxes * [height, width, height, width], labels, crowd, names

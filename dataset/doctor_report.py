@@ -195,6 +195,8 @@ def format_text(report):
         lines.append('Lagging (%.0f points or more under the median class): %s.' % (
             100 * LAGGING_POINTS, ', '.join('%s %s' % (name, _pct(coverage[name]).strip())
                                             for name in report['lagging_classes'])))
+    if not report['advice']:
+        return '\n'.join(lines)
     lines += [''] + _advice_lines(dict(report, _width=max(
         len('mean of classes'), *[len(row['name']) for row in report['classes']])))
     if report['advised_overrides']:

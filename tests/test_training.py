@@ -62,7 +62,7 @@ def test_resume_continues_the_step_counter(trained, tiny_dataset, tmp_path):
     result = run_main(tiny_flags(tiny_dataset, resumed, '--mode=train', '--num_epochs=2'))
     assert result.returncode == 0, result.stdout[-5000:]
     assert tf.train.latest_checkpoint(resumed).endswith('-4')
-    assert 'Restoring parameters from %s/model.ckpt-2' % resumed in result.stdout
+    assert 'resuming from %s/model.ckpt-2 (step 2)' % resumed in result.stdout
     new_steps = [r['step'] for r in _records(resumed, 'train')][copied:]
     assert new_steps and min(new_steps) > 2 and new_steps[-1] == 4, new_steps
 
@@ -154,6 +154,6 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(tiny_dataset,
     result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train',
                                  '--num_epochs=%d' % (killed_at // 2 + 1), '--cp_every_n_steps=1'))
     assert result.returncode == 0, result.stdout[-5000:]
-    assert 'Restoring parameters from %s' % latest in result.stdout
+    assert 'resuming from %s' % latest in result.stdout
     final = int(tf.train.latest_checkpoint(model_dir).rsplit('-', 1)[1])
     assert final == 2 * (killed_at // 2 + 1)

@@ -49,6 +49,7 @@ def execute(run):
         return benchmark.run_benchmark(run)
     if options.mode != 'eval':
         check_anchor_coverage(run)
+        announce_resume(run)
     if options.mode == 'eval':
         evaluation.evaluate_continuously(run)
     elif options.mode == 'train':
@@ -65,6 +66,15 @@ def execute(run):
             evaluation.evaluate_latest(run)
     report_skipped(run)
     return 0
+
+
+def announce_resume(run):
+    """One line naming the checkpoint a training run continues from (TF's own is hidden)."""
+    if not distributed.is_main():
+        return
+    latest = checkpoints.latest_checkpoint(run.options.model_dir)
+    if latest:
+        logging.info('resuming from %s (step %d)', latest, checkpoints.checkpoint_step(latest))
 
 
 def check_anchor_coverage(run):

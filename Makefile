@@ -4,6 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= runs/demo
 DATA_DIR ?= data/synthetic
+# Test processes (pytest-xdist, one test file per worker at a time): most tests wait on a
+# single-threaded graph build in a subprocess, so two workers use both cores of a 2-core box.
+TEST_WORKERS ?= 2
 
 .PHONY: venv test demo bench clean-demo
 
@@ -11,7 +14,7 @@ venv:
 	@bash tools/setup_env.sh
 
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 demo: venv
 	@DEMO_DIR=$(DEMO_DIR) DATA_DIR=$(DATA_DIR) bash tools/demo.sh

@@ -31,8 +31,9 @@ def define_flags():
                         '(infer/input/train).')
     flags.DEFINE_string('image_size', None, "infer/input: network input, 512 or 'WIDTHxHEIGHT' "
                         "(default: the variant's).")
-    flags.DEFINE_string('batch_sizes', None, 'train/infer: comma-separated batch sizes '
-                        '(train: global batch). Default train 2,4; infer 1,2,4,8.')
+    flags.DEFINE_string('batch_sizes', None, 'train/infer: comma-separated batch sizes (train: '
+                        'images per rank, as main.py --train_batch_size). Default train 2,4; '
+                        'infer 1,2,4,8.')
     flags.DEFINE_integer('steps', 20, 'Measured steps per batch size.', lower_bound=1)
     flags.DEFINE_integer('warmup', 5, 'Steps run before measuring.', lower_bound=0)
     flags.DEFINE_bool('use_fake_data', True, 'train: synthetic tensors instead of TFRecords. '

@@ -175,6 +175,11 @@ class EvaluationMetric:
 
     def _to_coco_results(self, detections):
         """Detection rows [N, 7] -> COCO results list (bbox [x, y, w, h])."""
+        if self.label_map is not None:
+            # A class head wider than the label map (automl's 90 COCO ids, 80 of them used)
+            # predicts labels no category has: COCO scoring ignores them, as automl's does.
+            labels = np.rint(detections[:, 6]).astype(np.int64)
+            detections = detections[np.isin(labels, list(self.label_map))]
         category_ids = self._category_ids_of(detections[:, 6], 'detection')
         results = []
         for row, category_id in zip(detections.tolist(), category_ids):

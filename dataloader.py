@@ -52,7 +52,9 @@ def fit_window(image_height, image_width, output_size, scale_multiplier=1.0,
     Where the scaled image is larger than the output, only the part that lands in it is
     kept: a crop of round(output / scale) original pixels starting at crop_fraction of the
     spare room. Cropping before resizing makes the resize cost the output's size, not the
-    (up to jitter_max^2 times larger) scaled image's.
+    (up to jitter_max^2 times larger) scaled image's. An axis kept whole is resized to
+    int32(size * scale), truncated as google/automl does (a 640x427 image into 512 px: 341
+    rows, not 342), so evaluation sees automl's pixels; a cropped axis fills the output.
 
     Args:
         image_height, image_width: int32 scalars, original image size.
@@ -66,10 +68,12 @@ def fit_window(image_height, image_width, output_size, scale_multiplier=1.0,
     output = tf.constant(output_size, tf.float32)
     original = tf.cast(tf.stack([image_height, image_width]), tf.float32)
     scale = tf.reduce_min(output * scale_multiplier / original)
-    # Round, not floor: 640 * (512 / 640) can come out as 511.99997.
     crop = tf.maximum(tf.minimum(tf.round(output / scale), original), 1.0)
     offset = tf.floor((original - crop) * tf.convert_to_tensor(crop_fraction, tf.float32))
-    resized = tf.clip_by_value(tf.round(crop * scale), 1.0, output)
+    # automl's set_scale_factors_to_output_size: tf.cast(size * scale, tf.int32). A cropped
+    # axis is rounded: crop * scale ~= output, and the window should fill it.
+    resized = tf.where(crop < original, tf.round(crop * scale), tf.floor(original * scale))
+    resized = tf.clip_by_value(resized, 1.0, output)
     return Window(scale, tf.cast(offset, tf.int32), tf.cast(crop, tf.int32),
                   tf.cast(resized, tf.int32))
 

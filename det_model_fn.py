@@ -21,6 +21,7 @@ from modeling import losses
 from modeling import postprocess
 from runtime import distributed
 from training import checkpoints
+from training import loss_scale
 from training import warm_start
 
 tf1 = tf.compat.v1
@@ -69,13 +70,19 @@ def _scaled_learning_rates(params):
 
 
 def _build_network(features, params, is_training):
+    """The network in params['compute_dtype'] when training; EVAL and PREDICT compute in
+    float32 (as Habana's port evaluates): the checkpoint's weights are float32, and AP is
+    then the same whether or not the run trained with mixed precision."""
     config = hparams_config.Config(
         {k: v for k, v in params.items() if k in hparams_config.get_efficientdet_config().keys()})
+    compute_dtype = params.get('compute_dtype', 'float32')
+    if not is_training:
+        config.mixed_precision, compute_dtype = False, 'float32'
     images = features['images'] if isinstance(features, dict) else features
     allreduce = distributed.allreduce_mean if params.get('sync_batch_norm') else None
     return efficientdet_arch.build_model(
         images, config, is_training=is_training, allreduce_mean_fn=allreduce,
-        compute_dtype=params.get('compute_dtype', 'float32'))
+        compute_dtype=compute_dtype)
 
 
 def _anchor_boxes(params):
@@ -119,19 +126,27 @@ def _optimizer(params, learning_rate):
 
 
 def _train_op(total_loss, params, learning_rate):
-    """Gradients (averaged across ranks), clipping, a finite-guarded update and the EMA."""
+    """Gradients (averaged across ranks), clipping, a finite-guarded update and the EMA.
+
+    Returns (train_op, gradient norm, keep_going): keep_going is False when the step was
+    skipped for a non-finite loss or gradients (training stops there), but not for a float16
+    overflow the dynamic loss scale absorbs (training/loss_scale.py: skip, halve, go on)."""
     global_step = tf1.train.get_or_create_global_step()
     optimizer = _optimizer(params, learning_rate)
     variables = tf1.trainable_variables()
-    loss_scale = 2.0 ** 12 if params.get('compute_dtype') == 'float16' else 1.0
-    grads_and_vars = optimizer.compute_gradients(total_loss * loss_scale, variables)
-    grads = [tf.cast(g, tf.float32) / loss_scale for g, _ in grads_and_vars]
+    scaler = (loss_scale.DynamicLossScale() if params.get('compute_dtype') == 'float16'
+              else None)
+    grads_and_vars = optimizer.compute_gradients(
+        scaler.scale_loss(total_loss) if scaler else total_loss, variables)
+    grads = [g for g, _ in grads_and_vars]
+    grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
     global_norm = tf.linalg.global_norm(grads)
     if params['clip_gradients_norm'] > 0:
         grads, _ = tf.clip_by_global_norm(grads, params['clip_gradients_norm'],
                                           use_norm=global_norm)
     # The averaged gradients are identical on every rank, so every rank takes the same branch.
-    finite = tf.logical_and(tf.math.is_finite(global_norm), tf.math.is_finite(total_loss))
+    grads_finite = tf.math.is_finite(global_norm)
+    finite = tf.logical_and(grads_finite, tf.math.is_finite(total_loss))
     update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
 
     def apply():
@@ -144,7 +159,14 @@ def _train_op(total_loss, params, learning_rate):
 
     # Build the EMA slots outside the cond so they exist for savers; cond picks the branch.
     train_op = tf.cond(finite, lambda: _as_bool(apply()), lambda: tf.constant(False))
-    return train_op, global_norm, finite
+    if scaler is None:
+        return train_op, global_norm, finite
+    # Read the scale's state before this step's update moves it.
+    keep_going = tf.logical_and(tf.math.is_finite(total_loss),
+                                tf.logical_or(grads_finite, tf.logical_not(scaler.exhausted())))
+    with tf.control_dependencies([train_op, keep_going]):
+        train_op = tf.logical_and(train_op, scaler.update(grads_finite))
+    return train_op, global_norm, keep_going
 
 
 def _as_bool(op):

@@ -4,8 +4,8 @@ repeated weighted BiFPN cells, and class / box heads shared across levels.
 `build_model` is the factory: it is the only function here that reads the config. It returns
 raw per-level outputs (docs/CONTRACTS.md); anchors, losses and decoding live elsewhere.
 
-Variable scopes (named as in the google/automl TF1 EfficientDet / EfficientNet code, so their
-checkpoints can be mapped by name; not verified here against a real checkpoint file):
+Variable scopes (named as in the google/automl TF1 EfficientDet / EfficientNet code: an automl
+D0 checkpoint restores by name, tests/test_automl_equivalence.py):
   efficientnet-bN/...                         backbone (restored alone by --backbone_ckpt)
   resample_p6/{conv2d,bn}/...                 extra levels above the backbone's P5
   fpn_cells/cell_<r>/fnode<i>/...             BiFPN nodes (resample_*, WSM*, op_after_combine*)
@@ -203,27 +203,36 @@ def _head_conv(features, filters, name, separable_conv, bias_initializer):
 
 
 def head_net(features, level, prefix, outputs, num_filters, repeats, norm_fn, act_type,
-             separable_conv, predict_bias_initializer):
+             separable_conv, predict_bias_initializer, survival_prob=None, is_training=False):
     """Shared head tower for one level: `repeats` x (conv -> per-level BN -> act), then the
-    prediction conv `<prefix>-predict`. [B, h, w, C] -> [B, h, w, outputs]."""
+    prediction conv `<prefix>-predict`. [B, h, w, C] -> [B, h, w, outputs].
+
+    With survival_prob (google/automl's hparam of that name), every conv after the first
+    also gets a residual connection around it, its branch dropped per example in training
+    (drop-connect keeping survival_prob), as automl's class_net / box_net."""
     for index in range(repeats):
+        residual = features
         features = _head_conv(features, num_filters, '%s-%d' % (prefix, index), separable_conv,
                               tf1.zeros_initializer())
         features = norm_fn(features, name='%s-%d-bn-%d' % (prefix, index, level),
                            act_type=act_type)
+        if index > 0 and survival_prob:
+            features = nn_layers.drop_connect(features, is_training, survival_prob) + residual
     return _head_conv(features, outputs, '%s-predict' % prefix, separable_conv,
                       predict_bias_initializer)
 
 
 def build_heads(feats, num_classes, num_anchors, num_filters, repeats, norm_fn, act_type,
-                separable_conv=True):
+                separable_conv=True, survival_prob=None, is_training=False):
     """Class and box heads, conv weights shared across levels (AUTO_REUSE), BN per level.
 
-    feats: {level: [B, h, w, C]}. Returns ({level: [B, h, w, A * num_classes]},
-    {level: [B, h, w, A * 4]}) in the compute dtype.
+    feats: {level: [B, h, w, C]}. survival_prob: head_net's (None: no residuals).
+    Returns ({level: [B, h, w, A * num_classes]}, {level: [B, h, w, A * 4]}) in the compute
+    dtype.
     """
     head = functools.partial(head_net, num_filters=num_filters, repeats=repeats,
-                             norm_fn=norm_fn, act_type=act_type, separable_conv=separable_conv)
+                             norm_fn=norm_fn, act_type=act_type, separable_conv=separable_conv,
+                             survival_prob=survival_prob, is_training=is_training)
     class_outputs, box_outputs = {}, {}
     class_bias = nn_layers.prior_probability_bias(0.01)
     with tf1.variable_scope('class_net', reuse=tf1.AUTO_REUSE):
@@ -245,6 +254,8 @@ def build_model(images, config, is_training, allreduce_mean_fn=None, compute_dty
         static, multiples of 2**config.max_level.
       config: hparams_config.Config (validated here).
       is_training: Python bool: batch statistics + UPDATE_OPS + drop-connect when True.
+        Drop-connect: the backbone's config.backbone_survival_prob (None: automl's per
+        backbone, off for B0) and the heads' config.survival_prob (automl's meaning).
       allreduce_mean_fn: f(float32 tensor) -> its mean over workers; used for synchronous
         batch norm when config.sync_batch_norm is set (ignored otherwise, and local batch norm
         is used when it is None).
@@ -263,10 +274,13 @@ def build_model(images, config, is_training, allreduce_mean_fn=None, compute_dty
         epsilon=config.batch_norm_epsilon,
         allreduce_mean_fn=allreduce_mean_fn if config.sync_batch_norm else None)
     getter = nn_layers.precision_custom_getter if dtype != tf.float32 else None
+    backbone_survival_prob = config.backbone_survival_prob
+    if backbone_survival_prob is None:
+        backbone_survival_prob = efficientnet_builder.default_survival_prob(config.backbone_name)
     with tf1.variable_scope(tf1.get_variable_scope(), custom_getter=getter):
         backbone = efficientnet_builder.build_backbone(
             tf.cast(images, dtype), config.backbone_name, norm_fn, act_type=config.act_type,
-            is_training=is_training, survival_prob=config.survival_prob)
+            is_training=is_training, survival_prob=backbone_survival_prob)
         feats = build_feature_network(
             backbone, feature_sizes(height, width, config.min_level, config.max_level),
             config.fpn_num_filters, config.fpn_cell_repeats, norm_fn, config.act_type,
@@ -275,6 +289,6 @@ def build_model(images, config, is_training, allreduce_mean_fn=None, compute_dty
         class_outputs, box_outputs = build_heads(
             feats, config.num_classes, hparams_config.anchors_per_location(config),
             config.fpn_num_filters, config.box_class_repeats, norm_fn, config.act_type,
-            config.separable_conv)
+            config.separable_conv, config.survival_prob, is_training)
     return ({level: tf.cast(t, tf.float32) for level, t in class_outputs.items()},
             {level: tf.cast(t, tf.float32) for level, t in box_outputs.items()})

@@ -6,6 +6,8 @@ working; the NMS settings form the one nested group (`nms_configs.iou_thresh=0.6
 
 Every override is type-checked against the default it replaces; unknown keys and unknown model
 names are errors that list the valid choices. `to_yaml()` / `from_yaml()` round-trip exactly.
+Key names and values of google/automl and Habana recipes are translated with a note
+(training/automl_config.py).
 """
 import copy
 import difflib
@@ -14,6 +16,7 @@ import re
 import yaml
 
 from runtime.cli import UserError
+from training import automl_config
 
 IMAGENET_MEAN_RGB = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STDDEV_RGB = [0.229 * 255, 0.224 * 255, 0.225 * 255]
@@ -25,10 +28,11 @@ _DEFAULTS = {
     'image_size': 512,  # int for square, or 'WIDTHxHEIGHT' (e.g. '640x384').
     'num_classes': 90,
     'act_type': 'swish',
-    'survival_prob': 0.8,  # Backbone stochastic depth (drop-connect keeps this fraction).
+    'survival_prob': None,  # automl's: heads' drop-connect with residuals (None: neither).
+    'backbone_survival_prob': None,  # Stochastic depth; None: automl's (B0 none, B1-B7 0.8).
     'batch_norm_momentum': 0.99,
     'batch_norm_epsilon': 1e-3,
-    'sync_batch_norm': False,  # Average batch-norm moments across Horovod ranks.
+    'sync_batch_norm': True,  # Average batch-norm moments across ranks (when more than one).
     'fpn_num_filters': 64,
     'fpn_cell_repeats': 3,
     'fpn_weight_method': 'fastattn',  # 'fastattn' | 'attn' | 'sum'.
@@ -77,14 +81,17 @@ _DEFAULTS = {
     'moving_average_decay': 0.9998,
     'num_epochs': 300,
     'mixed_precision': False,
-    # Evaluation and post-processing.
+    # Evaluation, export and prediction: automl's COCO-eval path (each anchor's best class,
+    # soft-NMS per class) with boxes clipped to the image; docs/automl-readme-section.md.
     'nms_configs': {
-        'method': 'hard',  # 'hard' | 'gaussian' (soft-NMS).
-        'iou_thresh': 0.5,
+        'method': 'gaussian',  # 'hard' | 'gaussian' (soft-NMS).
+        'iou_thresh': 0.5,  # Hard NMS only.
         'score_thresh': 0.001,
         'sigma': 0.5,
-        'max_nms_inputs': 5000,
+        'max_nms_inputs': 0,  # K: the K best (anchor, class) pairs; 0: each anchor's best.
         'max_output_size': 100,
+        'class_agnostic': False,  # True: automl's serving path (one NMS over all classes).
+        'clip_to_image': True,  # Boxes clipped to the original image (automl: not clipped).
     },
 }
 
@@ -124,6 +131,7 @@ _CHOICES = {
 }
 
 _IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
+_OPTIONAL_FLOATS = ('survival_prob', 'backbone_survival_prob')  # null or a number in [0, 1].
 
 
 class ConfigError(UserError, ValueError):
@@ -135,29 +143,33 @@ def _closest(name, choices):
     return (' Did you mean: %s?' % ', '.join(close)) if close else ''
 
 
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_value(key, default, value):
     """Returns `value` coerced to the type of `default`, or raises ConfigError."""
     if key.endswith('image_size'):
         return _check_image_size(value)
     if key == 'aspect_ratios[]':
         return _check_aspect_ratio(value)
+    if key in _OPTIONAL_FLOATS:
+        if value is None or _is_number(value) and 0 <= value <= 1:
+            return value if value is None else float(value)
+        raise ConfigError('%s must be null or 0 (off) or a keep probability in (0, 1], got %r'
+                          % (key, value))
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
         raise ConfigError('%s must be true or false, got %r' % (key, value))
     if isinstance(default, float):
-        if isinstance(value, str):  # YAML 1.1 reads '1e-3' (no dot) as a string.
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, str) and re.fullmatch(r'\s*[-+]?[\d.]+[eE][-+]?\d+\s*', value):
+            value = float(value)  # YAML 1.1 reads '1e-3' (no dot) as a string.
+        if _is_number(value):
             return float(value)
         raise ConfigError('%s must be a number, got %r' % (key, value))
     if isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
+        if _is_number(value) and float(value).is_integer():
             return int(value)
         raise ConfigError('%s must be an integer, got %r' % (key, value))
     if isinstance(default, str):
@@ -180,12 +192,10 @@ def _check_aspect_ratio(value):
     """One anchor aspect ratio: a number (width / height, e.g. 2.0) or, as google/automl also
     accepts, an [x, y] pair of width and height multipliers (e.g. [1.4, 0.7]), kept as a list
     so the config stays YAML."""
-    def is_positive_number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-    if is_positive_number(value):
+    if _is_number(value) and value > 0:
         return float(value)
     if (isinstance(value, (list, tuple)) and len(value) == 2
-            and all(map(is_positive_number, value))):
+            and all(_is_number(v) and v > 0 for v in value)):
         return [float(v) for v in value]
     raise ConfigError('aspect_ratios entries must be positive numbers (width / height, e.g. '
                       '[1.0, 2.0, 0.5, 0.25]) or [x, y] pairs (e.g. [[1.4, 0.7], [0.7, 1.4]]), '
@@ -297,7 +307,8 @@ class Config:
         if isinstance(overrides, str):
             overrides = (load_yaml(overrides) if is_yaml_path(overrides)
                          else parse_override_string(overrides))
-        for key, value in flatten_keys(dict(overrides)).items():
+        flat = automl_config.translate_aliases(flatten_keys(dict(overrides)))
+        for key, value in flat.items():
             self._set_dotted(key, value)
         return self
 
@@ -364,8 +375,9 @@ def anchors_per_location(config):
 def nms_settings(config):
     """postprocess.generate_detections' NMS keyword arguments from a Config or params dict."""
     nms = config['nms_configs']
-    return {key: nms[key] for key in
-            ('method', 'iou_thresh', 'score_thresh', 'sigma', 'max_nms_inputs', 'max_output_size')}
+    return {key: nms[key] for key in ('method', 'iou_thresh', 'score_thresh', 'sigma',
+                                      'max_nms_inputs', 'max_output_size', 'class_agnostic',
+                                      'clip_to_image')}
 
 
 def get_efficientdet_config(model_name='efficientdet-d0'):

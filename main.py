@@ -30,8 +30,9 @@ def define_flags():
     flags.DEFINE_string('backbone_ckpt', '', 'EfficientNet checkpoint: initialises the backbone.')
     flags.DEFINE_string('ckpt', '', 'Detector checkpoint to fine-tune from (class head is '
                         're-initialised when the class count differs).')
-    flags.DEFINE_integer('train_batch_size', 64, 'Global training batch (all ranks together).')
-    flags.DEFINE_integer('eval_batch_size', 8, 'Global evaluation batch.')
+    flags.DEFINE_integer('train_batch_size', 64, 'Training images per rank (per card); the '
+                         'global batch is this times the number of ranks.')
+    flags.DEFINE_integer('eval_batch_size', 8, 'Evaluation images per rank.')
     flags.DEFINE_integer('eval_samples', 0, 'Evaluate on the first N images (0: all).')
     flags.DEFINE_string('training_file_pattern', None, 'Glob of training TFRecords.')
     flags.DEFINE_string('validation_file_pattern', None, 'Glob of validation TFRecords.')

@@ -41,6 +41,12 @@ SCALING = {
     'efficientnet-b7': (2.0, 3.1),
 }
 
+# Stochastic depth inside EfficientDet, as google/automl builds it (efficientdet_arch.py
+# build_backbone) and Habana's port keeps it: EfficientNet's default keep probability 0.8,
+# except B0, whose drop-connect automl turns off.
+DEFAULT_SURVIVAL_PROB = 0.8
+NO_DROP_CONNECT = ('efficientnet-b0',)
+
 _BLOCK_RE = re.compile(r'^r(\d+)_k(\d+)_s(\d+)_e(\d+)_i(\d+)_o(\d+)_se([\d.]+)(_noskip)?$')
 
 
@@ -92,6 +98,12 @@ def scaled_blocks(model_name):
         blocks.extend([stage._replace(input_filters=stage.output_filters, strides=1)]
                       * (stage.num_repeat - 1))
     return blocks
+
+
+def default_survival_prob(model_name):
+    """The backbone's drop-connect keep probability in EfficientDet (None: off)."""
+    scaling_coefficients(model_name)  # Validates the name.
+    return None if model_name in NO_DROP_CONNECT else DEFAULT_SURVIVAL_PROB
 
 
 def stem_filters(model_name):

@@ -76,13 +76,9 @@ def make_batches(source, batch_size, config, count=8, seed=0):
 
 
 def _host_nms_args(config):
-    nms = config.nms_configs
-    if nms.method != 'hard':
-        raise BenchError('--postprocess=host implements hard NMS only; the config has '
-                         'nms_configs.method=%s' % nms.method)
-    settings = hparams_config.nms_settings(config)
-    del settings['method'], settings['sigma']  # Hard NMS has neither.
-    return settings
+    """host_postprocess.generate_detections' settings: the config's, network size included."""
+    return dict(hparams_config.nms_settings(config),
+                network_size=hparams_config.parse_image_size(config.image_size))
 
 
 def _runner(predictor, mode, config):

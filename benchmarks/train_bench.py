@@ -8,7 +8,8 @@ import tempfile
 
 from benchmarks.report import REPO, BenchError, parse_result_lines
 
-TRAIN_COLUMNS = (('batch', 'global_batch', '%d'), ('ranks', 'ranks', '%d'),
+TRAIN_COLUMNS = (('batch/rank', 'batch_per_rank', '%d'), ('ranks', 'ranks', '%d'),
+                 ('global batch', 'global_batch', '%d'),
                  ('images/s/rank', 'images_per_sec_per_rank', '%.2f'),
                  ('images/s', 'images_per_sec_global', '%.2f'),
                  ('ms/step', 'step_time_ms', '%.0f'), ('p90 ms', 'step_time_p90_ms', '%.0f'),
@@ -44,7 +45,8 @@ def child_env(onednn):
 
 def _train_row(batch_size, per_rank, command, onednn):
     main_result = min(per_rank, key=lambda r: r.get('rank', 0))
-    row = dict(main_result, global_batch=batch_size, onednn=onednn,
+    row = dict(main_result, batch_per_rank=batch_size, global_batch=batch_size * len(per_rank),
+               onednn=onednn,
                peak_host_memory_mb=max(r['peak_host_memory_mb'] for r in per_rank),
                command=' '.join(command))
     if len(per_rank) > 1:

@@ -15,6 +15,10 @@ Per annotation: boxes partly outside the image are clipped and kept; malformed, 
 (w or h <= 0) and entirely-outside boxes are dropped and counted by reason in the summary.
 Images are stored as RGB JPEG: baseline RGB JPEGs byte for byte, all else re-encoded
 (dataset/image_codec.py). Category and image ids may be any integers.
+
+Labels (--label_layout): `contiguous` (default) numbers the categories 1..N in id order, for
+any ids; `category_id` keeps each category id as its label with 90 classes, google/automl's
+COCO layout, so automl's COCO checkpoints fit with their class head (ids 1..90 only).
 """
 import dataclasses
 import multiprocessing
@@ -60,6 +64,10 @@ def define_flags():
                       'crowd regions for evaluation); false drops them.')
     flags.DEFINE_bool('skip_empty', False,
                       'Drop images without boxes; by default they are kept as negatives.')
+    flags.DEFINE_enum('label_layout', 'contiguous', label_map_lib.LAYOUTS,
+                      'contiguous: labels 1..N in category-id order (any ids). category_id: '
+                      'label = category id, 90 classes, as google/automl writes COCO (ids '
+                      '1..90), so its COCO checkpoints keep their class head.')
     flags.DEFINE_bool('verbose', False, 'Tracebacks with error messages.')
     flags.mark_flags_as_required(['image_dir', 'object_annotations_file', 'output_file_prefix'])
 
@@ -182,12 +190,12 @@ def _remove_quietly(paths) -> None:
             pass
 
 
-def _publish(paths: OutputPaths, categories: list, summary: dict) -> None:
+def _publish(paths: OutputPaths, categories: list, summary: dict, label_layout: str) -> None:
     """Renames complete temp shards to their final names, then drops stale shards."""
     for temp_path, final_path in zip(paths.temp_shards, paths.shards):
         atomic_file.commit(temp_path, final_path)
     _remove_quietly(set(paths.existing_shards()) - set(paths.shards))
-    label_map_lib.write_label_map(paths.label_map, categories)
+    label_map_lib.write_label_map(paths.label_map, categories, label_layout)
     atomic_file.write_json_atomically(paths.summary, summary, indent=2)
 
 
@@ -195,10 +203,25 @@ def _select_records(records: list, skip_empty: bool) -> list:
     return [record for record in records if record.boxes or not skip_empty]
 
 
-def make_summary(records: list, all_records: list, categories: list, stats, paths) -> dict:
+class _LabelIsCategoryId(dict):
+    """category_id -> label of the category_id layout: the id itself."""
+
+    def __missing__(self, category_id):
+        return category_id
+
+
+def _label_map(categories: list, label_layout: str):
+    try:
+        return label_map_lib.LabelMap.from_categories(categories, label_layout)
+    except label_map_lib.LabelMapError as error:
+        raise ConversionError(f'--label_layout={label_layout}: {error}') from None
+
+
+def make_summary(records: list, all_records: list, categories: list, stats, paths,
+                 label_layout: str = 'contiguous') -> dict:
     """Counts for `<prefix>-summary.json`: images, boxes, negatives, per class, skipped."""
-    label_map = label_map_lib.LabelMap.from_categories(categories)
-    per_class = {label: [0, 0] for label in range(1, label_map.num_classes + 1)}
+    label_map = _label_map(categories, label_layout)
+    per_class = {label: [0, 0] for label in sorted(label_map.label_to_category_id)}
     for record in records:
         for label, is_crowd in zip(record.labels, record.is_crowd):
             per_class[label][is_crowd] += 1
@@ -213,6 +236,8 @@ def make_summary(records: list, all_records: list, categories: list, stats, path
         'per_class': [{'label': label, 'category_id': label_map.label_to_category_id[label],
                        'name': label_map.label_to_name[label], 'boxes': counts[0],
                        'crowd_boxes': counts[1]} for label, counts in per_class.items()],
+        'label_layout': label_layout,
+        'num_classes': label_map.num_classes,
         'num_shards': len(paths.shards),
         'shard_pattern': f'{paths.prefix}-?????-of-{len(paths.shards):05d}.tfrecord',
         'shards': paths.shards,
@@ -231,7 +256,9 @@ def format_summary(summary: dict, seconds: float) -> str:
         f'  boxes written  : {summary["boxes_written"]} (crowd: {summary["crowd_boxes"]}, '
         f'clipped to the image: {summary["clipped_boxes"]})',
         f'  boxes skipped  : {skipped}',
-        f'  label map      : {summary["label_map"]}',
+        f'  label map      : {summary["label_map"]}' + (
+            f' (label = category id, {summary["num_classes"]} classes)'
+            if summary.get('label_layout') == 'category_id' else ''),
         f'  {"label":>5}  {"category_id":>11}  {"name":<20} {"boxes":>8} {"crowd":>7}',
     ]
     for row in summary['per_class']:
@@ -242,7 +269,8 @@ def format_summary(summary: dict, seconds: float) -> str:
 
 def convert(image_dir: str, object_annotations_file: str, output_file_prefix: str,
             num_shards: int = 32, num_threads: int = 1, include_crowd: bool = True,
-            skip_empty: bool = False, show_progress: bool = True) -> dict:
+            skip_empty: bool = False, show_progress: bool = True,
+            label_layout: str = 'contiguous') -> dict:
     """Validates the dataset, writes shards + label map + summary; returns the summary dict.
 
     Raises:
@@ -256,8 +284,10 @@ def convert(image_dir: str, object_annotations_file: str, output_file_prefix: st
     output_file_prefix = os.path.abspath(output_file_prefix)
     if not os.path.isdir(image_dir):
         raise ConversionError(f'--image_dir={image_dir} is not a directory.')
-    all_records, categories, stats = read_dataset(object_annotations_file, image_dir,
-                                                  include_crowd=include_crowd)
+    all_records, categories, stats = read_dataset(
+        object_annotations_file, image_dir, include_crowd=include_crowd,
+        category_id_to_label=_LabelIsCategoryId() if label_layout == 'category_id' else None)
+    _label_map(categories, label_layout)  # Ids outside the layout: an error before any work.
     records = _select_records(all_records, skip_empty)
     if not records:
         raise ConversionError(f'{object_annotations_file}: no images to write '
@@ -272,8 +302,8 @@ def convert(image_dir: str, object_annotations_file: str, output_file_prefix: st
     try:
         _run_jobs(jobs, min(num_threads, num_shards), progress)
         progress.update(len(records), final=True)
-        summary = make_summary(records, all_records, categories, stats, paths)
-        _publish(paths, categories, summary)
+        summary = make_summary(records, all_records, categories, stats, paths, label_layout)
+        _publish(paths, categories, summary, label_layout)
     finally:
         _remove_quietly(paths.temp_shards)  # No-op after a successful rename.
     summary['seconds'] = time.monotonic() - start
@@ -287,7 +317,7 @@ def main(argv) -> None:
         summary = convert(FLAGS.image_dir, FLAGS.object_annotations_file,
                           FLAGS.output_file_prefix, FLAGS.num_shards, FLAGS.num_threads,
                           FLAGS.include_crowd, FLAGS.skip_empty,
-                          show_progress=True)
+                          show_progress=True, label_layout=FLAGS.label_layout)
     except ConversionError as error:
         sys.exit(cli.fail('create_coco_tfrecord', error, FLAGS.verbose))
     except Exception as error:  # pylint: disable=broad-except

@@ -1,12 +1,20 @@
-"""Label map: contiguous training labels 1..N <-> the source dataset's category ids.
+"""Label map: training labels <-> the source dataset's category ids, in one of two layouts.
 
 Format of `<prefix>-label_map.json`, written beside the TFRecord shards (docs/CONTRACTS.md):
 
     {"num_classes": 3, "classes": [{"label": 1, "category_id": 11, "name": "circle"}, ...]}
+    {"num_classes": 90, "layout": "category_id", "classes": [{"label": 1, "category_id": 1,
+     "name": "person"}, ...]}
 
-Labels are assigned to categories sorted by category id, so a dataset's label map does not
-depend on the order of its JSON. The network's class index is `label - 1`; `category_id` is
-what results files and metrics report.
+- "contiguous" (the default; no "layout" key): labels 1..N assigned to the categories sorted
+  by category id, so a dataset's label map does not depend on the order of its JSON. Any
+  category ids work.
+- "category_id": google/automl's COCO layout, label = category id and num_classes = 90, so
+  COCO's 80 categories keep their ids 1..90 and automl's 90-way class head (its released
+  checkpoints) fits. Only for ids 1..90; labels of missing ids are never used.
+
+The network's class index is `label - 1`; `category_id` is what results files and metrics
+report.
 """
 import dataclasses
 import json
@@ -25,6 +33,9 @@ _SHARD_SUFFIX = re.compile(r'-[^-/]+-of-[^-/]+$')
 _GLOB_CHARS = re.compile(r'[*?\[]')
 
 
+LAYOUTS = ('contiguous', 'category_id')
+CATEGORY_ID_NUM_CLASSES = 90  # automl's COCO class head: category ids 1..90.
+
 # The label map of the data a run trained on, copied into its model_dir by main.py so that
 # export, predict and eval name classes with no extra flag.
 MODEL_DIR_FILE = 'label_map.json'
@@ -36,34 +47,53 @@ class LabelMapError(UserError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class LabelMap:
-    """Mapping between contiguous labels 1..num_classes and source category ids/names."""
+    """Mapping between labels (1..num_classes) and source category ids/names. In the
+    category_id layout only the labels of existing categories are listed."""
     num_classes: int
     label_to_category_id: Dict[int, int]
     label_to_name: Dict[int, str]
     category_id_to_label: Dict[int, int]
+    layout: str = 'contiguous'
 
     @classmethod
-    def from_categories(cls, categories: Iterable[Mapping]) -> 'LabelMap':
-        """Labels 1..N in ascending category-id order. `categories`: COCO dicts with id, name."""
+    def from_categories(cls, categories: Iterable[Mapping],
+                        layout: str = 'contiguous') -> 'LabelMap':
+        """`categories`: COCO dicts with id, name. contiguous: labels 1..N in ascending
+        category-id order; category_id: label = category id (ids 1..90, else LabelMapError)."""
         ordered = sorted(categories, key=lambda category: category['id'])
         ids = [int(category['id']) for category in ordered]
         if len(set(ids)) != len(ids):
             raise ValueError(f'duplicate category ids in {ids}')
-        label_to_category_id = {index + 1: cid for index, cid in enumerate(ids)}
-        label_to_name = {index + 1: str(category['name']) for index, category in enumerate(ordered)}
-        return cls(num_classes=len(ids), label_to_category_id=label_to_category_id,
-                   label_to_name=label_to_name,
-                   category_id_to_label={cid: label for label, cid in label_to_category_id.items()})
+        if layout == 'category_id':
+            outside = [cid for cid in ids if not 1 <= cid <= CATEGORY_ID_NUM_CLASSES]
+            if outside:
+                raise LabelMapError(
+                    f'the category_id label layout (automl\'s COCO layout) needs category ids '
+                    f'1..{CATEGORY_ID_NUM_CLASSES}; ids {outside[:10]} are outside it. Use the '
+                    f'contiguous layout for these data.')
+            labels, num_classes = ids, CATEGORY_ID_NUM_CLASSES
+        elif layout == 'contiguous':
+            labels, num_classes = list(range(1, len(ids) + 1)), len(ids)
+        else:
+            raise LabelMapError(f'label layout {layout!r} is not one of {", ".join(LAYOUTS)}')
+        return cls(num_classes=num_classes,
+                   label_to_category_id=dict(zip(labels, ids)),
+                   label_to_name={label: str(category['name'])
+                                  for label, category in zip(labels, ordered)},
+                   category_id_to_label=dict(zip(ids, labels)), layout=layout)
 
     def to_json_dict(self) -> dict:
         classes = [{'label': label, 'category_id': self.label_to_category_id[label],
-                    'name': self.label_to_name[label]} for label in range(1, self.num_classes + 1)]
-        return {'num_classes': self.num_classes, 'classes': classes}
+                    'name': self.label_to_name[label]}
+                   for label in sorted(self.label_to_category_id)]
+        layout = {} if self.layout == 'contiguous' else {'layout': self.layout}
+        return dict({'num_classes': self.num_classes}, **layout, classes=classes)
 
 
-def write_label_map(path: str, categories: Iterable[Mapping]) -> LabelMap:
+def write_label_map(path: str, categories: Iterable[Mapping],
+                    layout: str = 'contiguous') -> LabelMap:
     """Writes the label map for COCO `categories` (dicts with id, name) atomically to `path`."""
-    label_map = LabelMap.from_categories(categories)
+    label_map = LabelMap.from_categories(categories, layout)
     atomic_file.write_json_atomically(path, label_map.to_json_dict(), indent=2)
     return label_map
 
@@ -81,6 +111,20 @@ def _parse_classes(path: str, content) -> LabelMap:
             raise LabelMapError(f'label map {path}: label {entry["label"]} appears twice.')
         label_to_category_id[entry['label']] = entry['category_id']
         label_to_name[entry['label']] = entry['name']
+    layout = content.get('layout', 'contiguous')
+    check = _check_category_id_layout if layout == 'category_id' else _check_contiguous
+    num_classes = check(path, content, label_to_category_id)
+    category_id_to_label = {cid: label for label, cid in label_to_category_id.items()}
+    if len(category_id_to_label) != len(label_to_category_id):
+        raise LabelMapError(f'label map {path}: a category_id is used by two labels.')
+    return LabelMap(num_classes, label_to_category_id, label_to_name, category_id_to_label,
+                    layout)
+
+
+def _check_contiguous(path, content, label_to_category_id) -> int:
+    if content.get('layout', 'contiguous') != 'contiguous':
+        raise LabelMapError(f'label map {path}: "layout" is {content.get("layout")!r}, not one '
+                            f'of {", ".join(LAYOUTS)}.')
     num_classes = len(label_to_category_id)
     if sorted(label_to_category_id) != list(range(1, num_classes + 1)):
         raise LabelMapError(f'label map {path}: labels must be exactly 1..{num_classes}, got '
@@ -88,10 +132,19 @@ def _parse_classes(path: str, content) -> LabelMap:
     if content.get('num_classes') != num_classes:
         raise LabelMapError(f'label map {path}: "num_classes" is {content.get("num_classes")!r} '
                             f'but {num_classes} classes are listed.')
-    category_id_to_label = {cid: label for label, cid in label_to_category_id.items()}
-    if len(category_id_to_label) != num_classes:
-        raise LabelMapError(f'label map {path}: a category_id is used by two labels.')
-    return LabelMap(num_classes, label_to_category_id, label_to_name, category_id_to_label)
+    return num_classes
+
+
+def _check_category_id_layout(path, content, label_to_category_id) -> int:
+    num_classes = content.get('num_classes')
+    if not _is_int(num_classes) or num_classes < max(label_to_category_id, default=1):
+        raise LabelMapError(f'label map {path}: "num_classes" is {num_classes!r}, below its '
+                            f'largest label {max(label_to_category_id, default=1)}.')
+    differing = [label for label, cid in label_to_category_id.items() if label != cid]
+    if differing or min(label_to_category_id, default=1) < 1:
+        raise LabelMapError(f'label map {path}: in the category_id layout every label is its '
+                            f'category id (and >= 1); labels {differing[:10]} are not.')
+    return num_classes
 
 
 def _is_int(value) -> bool:

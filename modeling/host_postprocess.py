@@ -1,10 +1,11 @@
-"""Detection post-processing in NumPy on the host: decode + per-class hard NMS.
+"""Detection post-processing in NumPy on the host: decode + NMS.
 
-The host-side counterpart of postprocess.generate_detections (same candidate selection:
-top-k over (anchor, class) pairs, scores strictly above score_thresh, a box suppressed when
-its IoU with a kept box of its class exceeds iou_thresh), so `bench.py infer
---postprocess=host` measures what post-processing costs outside the graph. Pure functions
-over arrays: no flags, no config.
+The host-side counterpart of postprocess.generate_detections, with the same choices: top-k
+over (anchor, class) pairs or each anchor's best class (max_nms_inputs=0); hard NMS (a box
+suppressed when its IoU with a kept box exceeds iou_thresh) or Gaussian soft-NMS; per class,
+or one class-agnostic NMS with boxes clipped to the network input (google/automl's serving
+path); scores strictly above score_thresh. `bench.py infer --postprocess=host` measures what
+post-processing costs outside the graph. Pure functions over arrays: no flags, no config.
 """
 import numpy as np
 
@@ -55,6 +56,28 @@ def nms(boxes, scores, iou_thresh, max_output_size, classes=None):
     return np.asarray(kept, np.int64)
 
 
+def soft_nms(boxes, scores, sigma, score_thresh, max_output_size, classes=None):
+    """Greedy Gaussian soft-NMS (Bodla et al. 2017) as TensorFlow's NonMaxSuppressionV5 runs
+    it: keep the highest current score (the lower index on ties), multiply each remaining
+    score by exp(-iou**2 / sigma) with the kept box (only boxes of its class when `classes`
+    is given), drop scores <= score_thresh, repeat. boxes [K, 4], scores [K] ->
+    (kept indices int64 [M], their decayed scores float64 [M]), best first."""
+    current = scores.astype(np.float64)
+    alive = np.flatnonzero(current > score_thresh)
+    kept, kept_scores = [], []
+    while alive.size and len(kept) < max_output_size:
+        position = int(np.argmax(current[alive]))
+        best, rest = alive[position], np.delete(alive, position)
+        kept.append(best)
+        kept_scores.append(current[best])
+        decay = np.exp(-iou_one_to_many(boxes[best], boxes[rest]) ** 2 / sigma)
+        if classes is not None:
+            decay = np.where(classes[rest] == classes[best], decay, 1.0)
+        current[rest] *= decay
+        alive = rest[current[rest] > score_thresh]
+    return np.asarray(kept, np.int64), np.asarray(kept_scores, np.float64)
+
+
 def _top(values, k):
     """Indices of the k largest of a 1-D array (all of them when k is 0 or >= its size)."""
     if not k or values.size <= k:
@@ -71,37 +94,63 @@ def top_pairs(logits, k):
     return pairs[_top(logits[anchors].reshape(-1), k)]
 
 
+def candidates(logits, k):
+    """(anchor index, class index) int64 [K] of the NMS candidates of logits [N, C]: the k
+    best (anchor, class) pairs, or with k = 0 every anchor with its best class (automl)."""
+    if not k:
+        return np.arange(logits.shape[0]), np.argmax(logits, axis=1)
+    pairs = top_pairs(logits, k)
+    return pairs // logits.shape[1], pairs % logits.shape[1]
+
+
 def detect_one_image(logits, codes, anchor_boxes, *, iou_thresh, score_thresh,
-                     max_nms_inputs, max_output_size):
+                     max_nms_inputs, max_output_size, method='hard', sigma=0.5,
+                     class_agnostic=False):
     """One image's detections in network-input pixels.
 
     Args:
       logits: float [N, C] class logits; codes: float [N, 4]; anchor_boxes: float [N, 4].
+      method: 'hard' or 'gaussian' (soft-NMS with `sigma`); class_agnostic: one NMS over
+        all classes instead of one per class.
     Returns:
       boxes float32 [M, 4] [ymin, xmin, ymax, xmax], scores float32 [M] (descending),
       labels int32 [M] (class index + 1), M <= max_output_size.
     """
-    num_classes = logits.shape[1]
-    candidates = top_pairs(logits, max_nms_inputs)
-    scores = sigmoid(logits.reshape(-1)[candidates].astype(np.float64))
+    anchor_index, class_index = candidates(logits, max_nms_inputs)
+    scores = sigmoid(logits[anchor_index, class_index].astype(np.float64))
     keep = scores > score_thresh
-    candidates, scores = candidates[keep], scores[keep]
-    anchor_index, class_index = candidates // num_classes, candidates % num_classes
+    anchor_index, class_index, scores = anchor_index[keep], class_index[keep], scores[keep]
     boxes = decode_boxes(codes[anchor_index].astype(np.float64), anchor_boxes[anchor_index])
-    kept = nms(boxes, scores, iou_thresh, max_output_size, classes=class_index)
-    return (boxes[kept].astype(np.float32), scores[kept].astype(np.float32),
+    per_class = None if class_agnostic else class_index
+    if method == 'gaussian':
+        kept, scores = soft_nms(boxes, scores, sigma, score_thresh, max_output_size, per_class)
+    else:
+        kept = nms(boxes, scores, iou_thresh, max_output_size, classes=per_class)
+        scores = scores[kept]
+    return (boxes[kept].astype(np.float32), scores.astype(np.float32),
             (class_index[kept] + 1).astype(np.int32))
 
 
-def generate_detections(logits, codes, anchor_boxes, image_scales, image_sizes, **nms_args):
+def generate_detections(logits, codes, anchor_boxes, image_scales, image_sizes,
+                        clip_to_image=True, network_size=None, **nms_args):
     """Batch version: logits [B, N, C], codes [B, N, 4], anchor_boxes [N, 4], image_scales
     [B], image_sizes [B, 2] (height, width). Returns a list of B (boxes, scores, labels) with
-    boxes scaled to original pixels and clipped to the image, as postprocess does."""
+    boxes scaled to original pixels, as postprocess does: with class_agnostic clipped to the
+    network input (network_size (height, width); by default twice the anchors' mean centre,
+    as each level's centres lie symmetric about the middle) before scaling, with
+    clip_to_image clipped to the image after."""
+    if nms_args.get('class_agnostic') and network_size is None:
+        twice_centre = (anchor_boxes[:, :2] + anchor_boxes[:, 2:]).mean(axis=0)
+        network_size = np.round(twice_centre).tolist()
     results = []
     for index in range(logits.shape[0]):
         boxes, scores, labels = detect_one_image(logits[index], codes[index], anchor_boxes,
                                                  **nms_args)
-        height, width = (float(v) for v in image_sizes[index])
-        boxes = np.clip(boxes * float(image_scales[index]), 0.0, [height, width, height, width])
+        if nms_args.get('class_agnostic'):
+            boxes = np.clip(boxes, 0.0, list(network_size) * 2)
+        boxes = boxes * np.float32(image_scales[index])
+        if clip_to_image:
+            height, width = (float(v) for v in image_sizes[index])
+            boxes = np.clip(boxes, 0.0, [height, width, height, width])
         results.append((boxes.astype(np.float32), scores, labels))
     return results

@@ -31,8 +31,7 @@ def _read_config(model_dir, hparams):
     if not os.path.isfile(path):
         raise InferenceError('%s does not exist; --model_dir must be a directory main.py '
                              'trained into (it writes config.yaml there)' % path)
-    with open(path) as f:
-        saved = hparams_config.Config.from_yaml(f.read())
+    saved = recipe.read_saved_config(path)  # Ours, or automl's config.yaml as automl wrote it.
     return recipe.resolve(saved.name, hparams, base=saved)
 
 

@@ -15,9 +15,9 @@ ANCHORS = 9  # num_scales 3 x 3 aspect ratios.
 
 def tiny_config(image_size=128, max_level=7, **overrides):
     config = hparams_config.get_efficientdet_config('efficientdet-d0')
-    config.override(dict(num_classes=NUM_CLASSES, image_size=image_size, fpn_num_filters=16,
-                         fpn_cell_repeats=1, box_class_repeats=1, max_level=max_level,
-                         backbone_name='efficientnet-b0', **overrides))
+    config.override(dict(dict(num_classes=NUM_CLASSES, image_size=image_size, fpn_num_filters=16,
+                              fpn_cell_repeats=1, box_class_repeats=1, max_level=max_level,
+                              backbone_name='efficientnet-b0'), **overrides))
     return config
 
 
@@ -126,7 +126,7 @@ def test_inference_mode_adds_no_update_ops(built):
 
 
 def test_training_mode_adds_update_ops_that_move_statistics():
-    config = tiny_config(max_level=5, survival_prob=1.0)
+    config = tiny_config(max_level=5)
     with tf.Graph().as_default():
         images = _images(config)
         efficientdet_arch.build_model(images, config, True)
@@ -157,8 +157,8 @@ def test_bfloat16_compute_gives_float32_outputs_close_to_float32():
     # the whole network (in inference mode with fresh moving statistics the class outputs
     # are ~ the prior bias everywhere). bfloat16 keeps 8 mantissa bits, and 50+ layers with
     # small-sample batch statistics add noise, so "close" means strongly correlated.
-    config = tiny_config(max_level=5, survival_prob=1.0)
-    half = tiny_config(max_level=5, survival_prob=1.0, mixed_precision=True)
+    config = tiny_config(max_level=5)
+    half = tiny_config(max_level=5, mixed_precision=True)
     values_32, values_16 = _build_twice(
         lambda x: efficientdet_arch.build_model(x, config, True),
         lambda x: efficientdet_arch.build_model(x, half, True, compute_dtype='bfloat16'),
@@ -178,8 +178,8 @@ def test_sync_batch_norm_with_identity_allreduce_matches_local():
         calls.append(tensor)
         return tensor
 
-    local = tiny_config(max_level=5, survival_prob=1.0)
-    synced = tiny_config(max_level=5, survival_prob=1.0, sync_batch_norm=True)
+    local = tiny_config(max_level=5)
+    synced = tiny_config(max_level=5, sync_batch_norm=True)
     values_local, values_sync = _build_twice(
         lambda x: efficientdet_arch.build_model(x, local, True),
         lambda x: efficientdet_arch.build_model(x, synced, True, allreduce_mean_fn=identity_mean),
@@ -279,3 +279,38 @@ def test_upsample_nearest_repeats_pixels_exactly():
         result = _run(up, {})
     np.testing.assert_array_equal(result[0, :, :, 0], np.repeat(np.repeat(values[0, :, :, 0],
                                                                           2, 0), 2, 1))
+
+
+def _random_ops_by_scope(config):
+    """Scopes ('efficientnet-b0', 'class_net', ...) holding drop-connect's random draws in a
+    training graph."""
+    with tf.Graph().as_default() as graph:
+        efficientdet_arch.build_model(_images(config), config, True)
+    return {op.name.split('/')[0] for op in graph.get_operations()
+            if op.type == 'RandomUniform' and '/Initializer/' not in op.name}
+
+
+def test_drop_connect_is_automls_in_backbone_and_heads():
+    # B0 inside D0 has none (automl turns it off); backbone_survival_prob sets it; automl's
+    # survival_prob is the heads'.
+    assert _random_ops_by_scope(tiny_config(max_level=5)) == set()
+    assert _random_ops_by_scope(tiny_config(max_level=5, backbone_survival_prob=0.8)) == {
+        'efficientnet-b0'}
+    assert _random_ops_by_scope(tiny_config(max_level=5, survival_prob=0.8,
+                                            box_class_repeats=2)) == {'class_net', 'box_net'}
+
+
+@pytest.mark.parametrize('repeats, same', [(1, True), (2, False)])
+def test_head_survival_prob_adds_residuals_after_the_first_conv(repeats, same):
+    # automl's class_net / box_net: `if i > 0 and survival_prob: x = drop_connect(x) + input`,
+    # so with one conv per head nothing changes, with two the second gets a residual (also
+    # at inference, where drop-connect itself is the identity).
+    plain = tiny_config(max_level=5, box_class_repeats=repeats)
+    residual = tiny_config(max_level=5, box_class_repeats=repeats, survival_prob=0.8)
+    values_plain, values_residual = _build_twice(
+        lambda x: efficientdet_arch.build_model(x, plain, False),
+        lambda x: efficientdet_arch.build_model(x, residual, False), plain)
+    for outputs_plain, outputs_residual in zip(values_plain, values_residual):
+        equal = all(np.array_equal(outputs_plain[level], outputs_residual[level])
+                    for level in (3, 4, 5))
+        assert equal == same

@@ -144,3 +144,12 @@ def test_training_adds_a_moving_average_update_per_batch_norm():
     # stem + block 0 (2 BN) + 15 blocks with expansion (3 BN each); mean and variance each.
     assert num_bn == 1 + 2 + 3 * 15
     assert len(update_ops) == 2 * num_bn
+
+
+def test_drop_connect_defaults_are_automls_inside_efficientdet():
+    # automl's efficientdet_arch.build_backbone turns B0's drop-connect off; the others keep
+    # EfficientNet's 0.8.
+    assert builder.default_survival_prob('efficientnet-b0') is None
+    assert {builder.default_survival_prob('efficientnet-b%d' % i) for i in range(1, 8)} == {0.8}
+    with pytest.raises(ValueError, match='efficientnet-b9'):
+        builder.default_survival_prob('efficientnet-b9')

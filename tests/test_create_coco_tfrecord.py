@@ -412,3 +412,52 @@ def test_cli_on_a_full_disk_says_so_and_leaves_no_shard(dataset, tmp_path):
                                      'writing %s' % disk)
     assert '--output_file_prefix' in error_lines[0]
     assert leftovers == []  # No shard, finished or not, is left behind.
+
+
+def test_category_id_layout_is_automls_coco_layout(dataset, tmp_path):
+    # label = category id and 90 classes (automl's COCO head); the ids are 3, 17, 42, 90.
+    image_dir, json_path = dataset
+    prefix = str(tmp_path / 'out' / 'train')
+    summary = create_coco_tfrecord.convert(image_dir, json_path, prefix, num_shards=1,
+                                           show_progress=False, label_layout='category_id')
+    label_map = label_map_lib.load_label_map(prefix + '-label_map.json')
+    assert (label_map.layout, label_map.num_classes) == ('category_id', 90)
+    assert label_map.label_to_category_id == {3: 3, 17: 17, 42: 42, 90: 90}
+    assert label_map.to_json_dict()['layout'] == 'category_id'
+    content = _load_json(json_path)
+    for record in _read_records(prefix):
+        _, expected_ids = _expected_boxes(content, int(record[fmt.IMAGE_SOURCE_ID]))
+        assert record[fmt.OBJECT_CLASS_LABEL].tolist() == expected_ids
+    assert (summary['label_layout'], summary['num_classes']) == ('category_id', 90)
+    assert [row['label'] for row in summary['per_class']] == [3, 17, 42, 90]
+    assert '(label = category id, 90 classes)' in create_coco_tfrecord.format_summary(summary, 1)
+
+
+def test_category_id_layout_refuses_ids_above_90(dataset, tmp_path):
+    image_dir, json_path = dataset
+    content = _load_json(json_path)
+    for annotation in content['annotations']:
+        annotation['category_id'] = 1000 if annotation['category_id'] == 90 else (
+            annotation['category_id'])
+    next(c for c in content['categories'] if c['id'] == 90)['id'] = 1000
+    _write_json(json_path, content)
+    prefix = str(tmp_path / 'out' / 'train')
+    with pytest.raises(ConversionError, match=r'ids \[1000\] are outside it'):
+        create_coco_tfrecord.convert(image_dir, json_path, prefix, num_shards=1,
+                                     show_progress=False, label_layout='category_id')
+    assert not os.path.exists(tmp_path / 'out' / 'train-label_map.json')
+
+
+@pytest.mark.parametrize('text, message', [
+    ('{"num_classes": 90, "layout": "category_id", "classes": '
+     '[{"label": 2, "category_id": 5, "name": "a"}]}', 'every label is its category id'),
+    ('{"num_classes": 4, "layout": "category_id", "classes": '
+     '[{"label": 5, "category_id": 5, "name": "a"}]}', 'below its largest label 5'),
+    ('{"num_classes": 1, "layout": "by_name", "classes": '
+     '[{"label": 1, "category_id": 5, "name": "a"}]}', '"layout" is \'by_name\''),
+])
+def test_malformed_category_id_label_maps(tmp_path, text, message):
+    path = tmp_path / 'bad-label_map.json'
+    path.write_text(text)
+    with pytest.raises(label_map_lib.LabelMapError, match=message):
+        label_map_lib.load_label_map(str(path))

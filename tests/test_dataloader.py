@@ -391,3 +391,14 @@ def test_decode_image_matches_the_converters_colour_handling(mode):
     assert np.abs(decoded.astype(int) - expected).max() <= 1
     if mode == 'RGBA':  # the colours under transparent pixels must not show
         assert np.abs(decoded.astype(int) - pixels[..., :3]).max() > 50
+
+
+def test_whole_axes_are_truncated_as_automl_does():
+    # 640 x 427 (w x h) into 512: scale 0.8, 427 * 0.8 = 341.6 -> 341 rows (automl's
+    # int32(size * scale)); rounding would give 342. The width, 640 * 0.8 = 512, fills.
+    window = dataloader.fit_window(427, 640, (512, 512))
+    np.testing.assert_array_equal(window.resized_size.numpy(), [341, 512])
+    np.testing.assert_array_equal(window.crop_size.numpy(), [427, 640])
+    # 500 x 300: scale min(512 / 500, 512 / 300) = 1.024 -> 512 x 307 (307.2 truncated).
+    window = dataloader.fit_window(500, 300, (512, 512))
+    np.testing.assert_array_equal(window.resized_size, [512, 307])

@@ -67,3 +67,65 @@ def test_real_steps_on_a_fixed_batch_drive_the_loss_down(tiny_dataset):
             losses = [session.run([spec.train_op, spec.loss])[1] for _ in range(12)]
     assert all(np.isfinite(losses))
     assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:3]), losses
+
+
+def _bfloat16_ops(build):
+    """Ops of the graph `build()` makes that make or take a bfloat16 tensor."""
+    with tf.Graph().as_default() as graph:
+        build()
+    return [op.name for op in graph.get_operations()
+            if any(t.dtype == tf.bfloat16 for t in list(op.outputs) + list(op.inputs))]
+
+
+def test_predict_computes_in_float32_when_training_uses_bfloat16():
+    # As Habana's port: --use_amp trains in bfloat16, evaluation and prediction run float32.
+    params = dict(_tiny_params(), compute_dtype='bfloat16', mixed_precision=True)
+    assert _bfloat16_ops(lambda: det_model_fn.model_fn(
+        {'images': tf.zeros([2, 128, 128, 3])}, None, tf1.estimator.ModeKeys.PREDICT,
+        params)) == []
+    # The same network in training mode is bfloat16: the check sees it.
+    assert len(_bfloat16_ops(lambda: det_model_fn._build_network(
+        {'images': tf.zeros([2, 128, 128, 3])}, params, is_training=True))) > 100
+
+
+def test_float16_overflow_skips_the_step_and_lowers_the_loss_scale():
+    """An overflow injected in float16 math on CPU: the scaled gradient of 4 * w is 4 x 2^15,
+    over float16's 65504, and 4 x 2^14 = 65536 still is; at 2^13 it fits. The two overflowing
+    steps leave the weights, the step counter and the EMA alone, halve the scale and do not
+    stop training; the third applies the true gradient (4), not the scaled one."""
+    from training import loss_scale
+    with tf.Graph().as_default():
+        weight = tf1.get_variable('w', initializer=1.0)
+        loss = tf.cast(tf.cast(weight, tf.float16) * tf.constant(4.0, tf.float16), tf.float32)
+        params = {'optimizer': 'sgd', 'momentum': 0.0, 'moving_average_decay': 0.9,
+                  'clip_gradients_norm': 0.0, 'compute_dtype': 'float16'}
+        train_op, _, keep_going = det_model_fn._train_op(loss, params, learning_rate=0.01)
+        scale = [v for v in tf1.global_variables() if v.name == 'loss_scale/scale:0'][0]
+        step = tf1.train.get_or_create_global_step()
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            assert session.run(scale) == loss_scale.INITIAL_SCALE
+            for expected_scale in (2.0 ** 14, 2.0 ** 13):
+                applied, going = session.run([train_op, keep_going])
+                assert not applied and going
+                assert session.run([weight, step, scale]) == [1.0, 0, expected_scale]
+            applied, going = session.run([train_op, keep_going])
+            assert applied and going
+            assert session.run(step) == 1 and session.run(scale) == 2.0 ** 13
+            assert abs(session.run(weight) - (1.0 - 0.01 * 4.0)) < 1e-6
+
+
+def test_float16_loss_scale_grows_after_a_run_of_finite_steps():
+    from training import loss_scale
+    with tf.Graph().as_default():
+        scaler = loss_scale.DynamicLossScale(initial_scale=8.0, growth_interval=3)
+        finite = tf1.placeholder(tf.bool, [])
+        update = scaler.update(finite)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            scales = []
+            for value in (True, True, True, True, False, False, False, False, False):
+                session.run(update, {finite: value})
+                scales.append(session.run(scaler.scale))
+            assert scales == [8.0, 8.0, 16.0, 16.0, 8.0, 4.0, 2.0, 1.0, 1.0]
+            assert session.run(scaler.exhausted())

@@ -20,9 +20,9 @@ def _launch(flags, timeout=900):
 @pytest.fixture(scope='module')
 def distributed_run(tiny_dataset, tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp('hvd'))
-    # Global batch 4 = 2 per rank; 8 examples per epoch -> 2 steps per epoch.
+    # 2 per rank (tiny_flags), global batch 4; 8 examples per epoch -> 2 steps per epoch.
     flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=2',
-                       '--train_batch_size=4', '--num_examples_per_epoch=8')
+                       '--num_examples_per_epoch=8')
     result = _launch(flags)
     assert result.returncode == 0, result.stdout[-6000:]
     return model_dir, result.stdout
@@ -46,7 +46,10 @@ def test_global_step_follows_the_global_batch_and_only_rank0_writes(distributed_
     assert records[-1]['images_per_sec'] > 0
     # Rank 1 logs with its rank tag (on stderr, merged by mpirun's --tag-output).
     assert re.search(r'\[1,1\]<std(out|err)>:.*\[rank 1/2\]', output), output[-3000:]
-    assert 'x2:' in output  # "on CPU x2: N steps"
+    # The first line says what a carried-over command means: 2 per rank is 4 a step.
+    assert re.search(r'on CPU x2: batch 2 per rank, global 4; learning rate [\d.e-]+ '
+                     r'\([\d.e-]+ per 64 images\); 4 steps \(2 per epoch\); batch norm '
+                     r'synchronised across ranks', output), output[-3000:]
 
 
 def test_distributed_eval_equals_single_process(distributed_run, tiny_dataset, tmp_path):
@@ -56,9 +59,10 @@ def test_distributed_eval_equals_single_process(distributed_run, tiny_dataset, t
         shutil.copytree(model_dir, target)
         for path in glob.glob(os.path.join(target, 'eval*')) + glob.glob(os.path.join(target, 'best')):
             shutil.rmtree(path, ignore_errors=True)
-    common = ['--mode=eval', '--num_epochs=2', '--train_batch_size=4',
-              '--num_examples_per_epoch=8', '--eval_timeout=1', '--min_eval_interval=0']
-    one = run_main(tiny_flags(tiny_dataset, single, *common))
+    common = ['--mode=eval', '--num_epochs=2', '--num_examples_per_epoch=8',
+              '--eval_timeout=1', '--min_eval_interval=0']
+    # The same global batch (4): 4 images in one process, 2 per rank on two.
+    one = run_main(tiny_flags(tiny_dataset, single, *common, '--train_batch_size=4'))
     assert one.returncode == 0, one.stdout[-5000:]
     two = _launch(tiny_flags(tiny_dataset, multi, *common))
     assert two.returncode == 0, two.stdout[-5000:]

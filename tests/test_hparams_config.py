@@ -53,7 +53,7 @@ def test_yaml_then_string_applied_in_that_order(tmp_path):
     ('learning_rate=fast', 'learning_rate must be a number'),
     ('optimizer=lamb', "optimizer='lamb' is not one of: sgd, adam"),
     ('num_clases=3', "unknown hparams key 'num_clases'. Did you mean: num_classes"),
-    ('nms_configs.iou=0.3', "Valid keys of nms_configs: iou_thresh, max_nms_inputs"),
+    ('nms_configs.iou=0.3', "Valid keys of nms_configs: class_agnostic, clip_to_image, iou_thresh"),
     ('num_classes', 'not of the form key=value'),
 ])
 def test_bad_overrides_are_errors_naming_the_key(text, message):
@@ -92,3 +92,99 @@ def test_validate_rejects_sizes_not_divisible_by_the_coarsest_stride():
         hparams_config.validate(config)
     config.override('image_size=640x384')
     hparams_config.validate(config)
+
+
+# Reference key names and google/automl's config.yaml (training/automl_config.py).
+
+from training import automl_config  # noqa: E402
+from training import recipe  # noqa: E402
+
+AUTOML_CONFIG = '''\
+name: efficientdet-d1
+backbone_name: efficientnet-b1
+image_size: !!python/tuple
+- 384
+- 640
+num_classes: 90
+is_training_bn: true
+strategy: null
+fpn_num_filters: 88
+fpn_cell_repeats: 4
+fpn_weight_method: null
+fpn_name: null
+iou_loss_type: null
+survival_prob: null
+optimizer: lars
+mixed_precision: false
+nms_configs:
+    method: hard
+    iou_thresh: null
+    score_thresh: 0.0
+    sigma: null
+    pyfunc: true
+    max_nms_inputs: 0
+    max_output_size: 100
+'''
+
+
+def test_reference_aliases_are_translated():
+    config = get_efficientdet_config('efficientdet-d0')
+    config.override({'use_bfloat16': True, 'nms_configs': {'method': None, 'iou_thresh': None,
+                                                           'sigma': None, 'pyfunc': True}})
+    assert config.mixed_precision is True
+    assert config.nms_configs.as_dict()['method'] == 'hard'
+    assert (config.nms_configs.iou_thresh, config.nms_configs.sigma) == (0.5, 0.5)
+    config.override("nms_configs.method=''")
+    assert config.nms_configs.method == 'hard'
+    with pytest.raises(automl_config.AutomlConfigError, match='NumPy NMS'):
+        config.override('nms_configs.method=linear')
+
+
+def test_survival_prob_is_automls_head_drop_connect_and_backbones_is_separate():
+    config = get_efficientdet_config('efficientdet-d3')
+    assert config.survival_prob is None and config.backbone_survival_prob is None
+    config.override('survival_prob=0.8,backbone_survival_prob=0.5')
+    assert (config.survival_prob, config.backbone_survival_prob) == (0.8, 0.5)
+    config.override({'survival_prob': None})
+    assert config.survival_prob is None
+    with pytest.raises(ConfigError, match=r'survival_prob must be null or 0 \(off\) or a keep'):
+        config.override('survival_prob=1.5')
+
+
+def test_automl_config_yaml_is_read_safely_and_mapped(tmp_path):
+    path = tmp_path / 'config.yaml'
+    path.write_text(AUTOML_CONFIG)
+    config = recipe.read_saved_config(str(path))
+    assert (config.name, config.backbone_name, config.fpn_num_filters) == (
+        'efficientdet-d1', 'efficientnet-b1', 88)
+    assert config.image_size == '640x384'  # automl's (height, width) tuple.
+    assert (config.fpn_weight_method, config.iou_loss_type, config.optimizer) == (
+        'fastattn', 'none', 'sgd')  # automl's fallbacks; 'lars' is not offered: default kept.
+    # automl's nms() fallbacks for hard NMS; its eval path: per class, not clipped.
+    assert config.nms_configs.as_dict() == dict(
+        method='hard', iou_thresh=0.5, score_thresh=0.0, sigma=0.5, max_nms_inputs=0,
+        max_output_size=100, class_agnostic=False, clip_to_image=False)
+
+
+def test_automl_yaml_runs_no_code_and_unsupported_networks_are_errors(tmp_path):
+    marker = tmp_path / 'ran'
+    path = tmp_path / 'config.yaml'
+    path.write_text('is_training_bn: !!python/object/apply:os.system ["touch %s"]\n' % marker)
+    with pytest.raises(automl_config.AutomlConfigError, match='read safely'):
+        recipe.read_saved_config(str(path))
+    assert not marker.exists()
+    path.write_text(AUTOML_CONFIG.replace('fpn_name: null', 'fpn_name: panfpn'))
+    with pytest.raises(automl_config.AutomlConfigError, match="fpn_name='panfpn'"):
+        recipe.read_saved_config(str(path))
+
+
+def test_own_config_yaml_of_before_survival_prob_meant_the_heads(tmp_path):
+    config = get_efficientdet_config('efficientdet-d0')
+    values = config.as_dict()
+    del values['backbone_survival_prob'], values['nms_configs']['class_agnostic']
+    values['survival_prob'] = 1.0  # The backbone's, in files written before.
+    path = tmp_path / 'config.yaml'
+    path.write_text(hparams_config.Config(values).to_yaml())
+    loaded = recipe.read_saved_config(str(path))
+    assert (loaded.survival_prob, loaded.backbone_survival_prob) == (None, 1.0)
+    assert loaded.nms_configs.class_agnostic is False  # Keys added since: their defaults.

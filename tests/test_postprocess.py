@@ -204,3 +204,74 @@ def test_degenerate_huge_box_does_not_merge_classes():
     np.testing.assert_allclose(rows.numpy()[0, :3], [[7, 0, 0, 10, 10, 0.9, 1],
                                              [7, 0, 0, 10, 10, 0.8, 2],
                                              [7, 0, 0, 64, 64, 0.7, 1]], rtol=1e-5)
+
+
+# google/automl's two paths (efficientdet/tf2/postprocess.py), on the hand-placed boxes.
+
+def test_best_class_per_anchor_when_max_nms_inputs_is_0():
+    # One anchor scores 0.9 as class 0 and 0.8 as class 1: only its best class is a candidate
+    # (automl's pre_nms), while the 5 best pairs keep both.
+    logits = np.full((1, 1, 2, NUM_CLASSES), _OFF, np.float32)
+    logits[0, 0, 0] = [_logit(0.9), _logit(0.8)]
+    logits[0, 0, 1, 1] = _logit(0.3)
+    codes = tf.zeros([1, 1, 2, 4])
+    boxes = np.array([[0, 0, 10, 10], [20, 20, 30, 30]], np.float32)
+    for k, expected in ((0, [[0.9, 1], [0.3, 2]]), (5, [[0.9, 1], [0.8, 2], [0.3, 2]])):
+        rows, count = postprocess.generate_detections(
+            {3: tf.constant(logits)}, {3: codes}, boxes, tf.constant([7]), tf.ones([1]),
+            num_classes=NUM_CLASSES, max_nms_inputs=k, max_output_size=5)
+        assert count.numpy().tolist() == [len(expected)]
+        np.testing.assert_allclose(rows.numpy()[0, :len(expected), 5:], expected, rtol=1e-5)
+
+
+def test_class_agnostic_nms_suppresses_across_classes_and_clips_to_the_network_input():
+    # B2 (class 1, 0.7) and B3 (class 1, 0.6) overlap; B0 / B1 (class 0) too. Per class the
+    # five boxes leave three; class-agnostic, the same three here. Two identical boxes of two
+    # classes: per class both stay, class-agnostic only the better one.
+    rows, count = _detect([[0, 0, 10, 10], [0, 0, 10, 10]], [[(0, 0.9), (1, 0.8)]],
+                          class_agnostic=True, network_size=(8, 16))
+    assert count.tolist() == [1]
+    # Clipped to the 8 x 16 network input before scaling, as automl's postprocess_global.
+    np.testing.assert_allclose(rows[0, 0], [7, 0, 0, 8, 10, 0.9, 1], rtol=1e-5)
+    rows, count = _detect(FIVE_BOXES, [FIVE_SCORES], class_agnostic=True, network_size=(100, 100))
+    assert count.tolist() == [3]
+    np.testing.assert_allclose(rows[0, :3, 5], [0.9, 0.7, 0.65], rtol=1e-5)
+
+
+def test_class_agnostic_gaussian_decays_across_classes():
+    # IoU 1/3 across classes: class-agnostic soft-NMS decays the second, per class it does not.
+    boxes, scores = [[0, 0, 10, 10], [0, 5, 10, 15]], [[(0, 0.9), (1, 0.8)]]
+    decayed = 0.8 * np.exp(-(1 / 3) ** 2 / 0.5)
+    for class_agnostic, second in ((True, decayed), (False, 0.8)):
+        rows, _ = _detect(boxes, scores, method='gaussian', sigma=0.5,
+                          class_agnostic=class_agnostic, network_size=(100, 100))
+        np.testing.assert_allclose(rows[0, :2, 5], [0.9, second], rtol=1e-5)
+
+
+def test_boxes_are_not_clipped_to_the_image_when_asked():
+    # automl's paths do not clip to the original image: a box past it stays as decoded.
+    rows, _ = _detect([[10, 20, 30, 80]], [[(0, 0.9)]], scales=[2.0], sizes=[[50, 100]],
+                      clip_to_image=False)
+    np.testing.assert_allclose(rows[0, 0, 1:5], [20, 40, 60, 160], rtol=1e-6)
+
+
+@pytest.mark.parametrize('method, class_agnostic, k', [
+    ('gaussian', False, 0), ('gaussian', True, 0), ('gaussian', False, 300), ('hard', True, 0)])
+def test_host_postprocess_matches_the_graph_on_every_path(method, class_agnostic, k):
+    anchor_boxes = anchors.generate_anchor_boxes(64, 64, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
+    rng = np.random.default_rng(3)
+    logits = rng.normal(-3.0, 2.0, [1, len(anchor_boxes), 5]).astype(np.float32)
+    codes = rng.normal(0.0, 0.2, [1, len(anchor_boxes), 4]).astype(np.float32)
+    settings = dict(method=method, class_agnostic=class_agnostic, max_nms_inputs=k,
+                    iou_thresh=0.5, score_thresh=0.01, sigma=0.5, max_output_size=30)
+    rows, count = postprocess.generate_detections(
+        {3: logits[:, None]}, {3: codes[:, None]}, anchor_boxes, tf.constant([1]),
+        tf.constant([1.5]), tf.constant([[90, 80]]), num_classes=5, network_size=(64, 64),
+        **settings)
+    boxes, scores, labels = host_postprocess.generate_detections(
+        logits, codes, anchor_boxes, [1.5], [[90, 80]], network_size=(64, 64), **settings)[0]
+    got = rows.numpy()[0, :int(count[0])]
+    assert len(got) == len(scores) == 30
+    np.testing.assert_allclose(got[:, 5], scores, rtol=1e-5)
+    np.testing.assert_allclose(got[:, 1:5], boxes, atol=1e-3)
+    assert got[:, 6].astype(int).tolist() == labels.tolist()

@@ -235,6 +235,34 @@ def test_distributed_optimizer_averages_gradients(two_ranks):
     np.testing.assert_allclose(results[0]['weights_after_step'], expected, rtol=1e-5)
 
 
+def test_synchronised_batch_norm_equals_one_process_on_the_concatenated_batch(two_ranks):
+    """Under a real mpirun -np 2, each rank normalises its own batch with the moments of
+    both: the outputs are those of one process normalising the two batches together, and
+    both ranks' moving averages move to the same values."""
+    sys.path.insert(0, os.path.dirname(PROBE))
+    import runtime_probe  # pylint: disable=import-outside-toplevel
+    from modeling import nn_layers  # pylint: disable=import-outside-toplevel
+    results, _ = two_ranks
+    batches = [runtime_probe.bn_batch(rank) for rank in (0, 1)]
+    together = np.concatenate(batches)
+    with tf.Graph().as_default(), tf.Session() as session:
+        single = nn_layers.batch_norm(tf.constant(together), is_training=True,
+                                      momentum=runtime_probe.BN_MOMENTUM, name='single')
+        session.run(tf.global_variables_initializer())
+        expected = session.run(single)
+    mean, variance = together.mean(axis=(0, 1, 2)), together.var(axis=(0, 1, 2))
+    assert not np.allclose(batches[0].mean(axis=(0, 1, 2)), mean, atol=0.1)  # Shards differ.
+    for rank, result in results.items():
+        size = len(batches[rank])
+        np.testing.assert_allclose(result['sync_bn_output'],
+                                   expected[rank * size:(rank + 1) * size], atol=1e-5)
+        # moving <- 0.5 * initial (0 and 1) + 0.5 * the global batch moments (biased variance).
+        np.testing.assert_allclose(result['sync_bn_moving_mean'], 0.5 * mean, rtol=1e-5)
+        np.testing.assert_allclose(result['sync_bn_moving_variance'], 0.5 + 0.5 * variance,
+                                   rtol=1e-5)
+    assert results[0]['sync_bn_moving_mean'] == results[1]['sync_bn_moving_mean']
+
+
 def test_python_object_collectives(two_ranks):
     results, _ = two_ranks
     for result in results.values():

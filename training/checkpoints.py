@@ -17,11 +17,16 @@ class CheckpointError(UserError, ValueError):
 
 
 def checkpoint_step(path):
-    """'.../model.ckpt-1600' -> 1600 (the global step the Estimator saved it at)."""
+    """'.../model.ckpt-1600' -> 1600 (the global step the Estimator saved it at); a name
+    without -STEP (google/automl's released checkpoints: '.../model') -> its global_step."""
     match = _STEP_RE.search(path or '')
-    if not match:
-        raise CheckpointError('%s does not end in -STEP (e.g. model.ckpt-1000)' % path)
-    return int(match.group(1))
+    if match:
+        return int(match.group(1))
+    try:
+        return int(tf.train.load_variable(path, 'global_step'))
+    except (tf.errors.OpError, ValueError):
+        raise CheckpointError('%s does not end in -STEP (e.g. model.ckpt-1000) and holds no '
+                              'global_step' % path) from None
 
 
 def latest_checkpoint(model_dir):

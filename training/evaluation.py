@@ -35,7 +35,7 @@ def _eval_input_fn(run):
         options.validation_file_pattern, is_training=False, num_shards=distributed.size(),
         shard_index=distributed.rank(), max_examples=options.eval_samples or None,
         skip=run.eval_skip)
-    per_rank_batch = options.eval_batch_size // distributed.size()
+    per_rank_batch = options.eval_batch_size  # Per rank, as --train_batch_size.
 
     def input_fn(params):
         dataset = reader(dict(params, batch_size=per_rank_batch))

@@ -5,6 +5,7 @@ import collections
 
 import hparams_config
 from hparams_config import Config, flatten_keys
+from training import automl_config
 
 # Recipe keys that set one of main.py's run options (a flag of the same name), not an hparam.
 RUN_OPTION_KEYS = (
@@ -53,3 +54,22 @@ def resolve(model_name='efficientdet-d0', hparams='', base=None, **fixed):
     config = build_config(recipe.run_options.get('model_name', model_name), recipe, base)
     config.override({key: value for key, value in fixed.items() if value is not None})
     return hparams_config.validate(config)
+
+
+def read_saved_config(path):
+    """A model_dir's config.yaml as a Config: this project's (keys added since it was written
+    take their defaults), or google/automl's as automl leaves it (read safely, keys mapped)."""
+    try:
+        with open(path) as f:
+            values = automl_config.load_yaml_text(f.read(), path)
+    except OSError as error:
+        raise hparams_config.ConfigError('cannot read %s: %s' % (path, error.strerror))
+    if automl_config.is_automl_config(values):
+        name, values = automl_config.project_values(values)
+        automl_config.note('%s is automl\'s config.yaml, read as %s' % (path, name))
+    else:
+        name = values.get('name', 'efficientdet-d0')
+        if 'survival_prob' in values and 'backbone_survival_prob' not in values:
+            # Written before survival_prob took automl's meaning (the heads').
+            values['backbone_survival_prob'] = values.pop('survival_prob')
+    return hparams_config.get_efficientdet_config(name).override(values)

@@ -1,8 +1,10 @@
 """From run options and a resolved config to a ready run: workers and device, input and
 model_dir checks, step arithmetic, the run files in model_dir, the Estimator."""
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 
 import tensorflow as tf
@@ -14,9 +16,11 @@ import hparams_config
 from dataset import label_map as label_map_lib
 from runtime import atomic_file
 from runtime import distributed
+from training import automl_config
 from training import checkpoints
 from training import data_faults
 from training import legacy_flags
+from training import recipe
 from training.options import RunOptions
 from runtime.cli import UserError
 
@@ -82,12 +86,11 @@ def _adopt_num_classes(config, explicit_keys, label_map, path):
                                           label_map.num_classes))
 
 
-def _check_batch(name, batch, world):
-    if batch < 1 or batch % world:
-        raise RunSetupError('--%s=%d must be a positive multiple of the number of ranks (%d): '
-                            'it is the global batch, split evenly across ranks'
-                            % (name, batch, world))
-    return batch // world
+def _check_batch(name, batch):
+    if batch < 1:
+        raise RunSetupError('--%s=%d must be a positive number of images per rank (the global '
+                            'batch is it times the number of ranks)' % (name, batch))
+    return batch
 
 
 def _examples_per_epoch(options):
@@ -120,8 +123,7 @@ def _check_model_dir(model_dir, config):
     saved = os.path.join(model_dir, 'config.yaml')
     if not (os.path.exists(saved) and checkpoints.has_checkpoint(model_dir)):
         return
-    with open(saved) as f:
-        previous = hparams_config.Config.from_yaml(f.read())
+    previous = recipe.read_saved_config(saved)  # Ours, or automl's config.yaml.
     fields = ('name', 'backbone_name', 'num_classes', 'fpn_num_filters', 'fpn_cell_repeats',
               'box_class_repeats', 'min_level', 'max_level', 'num_scales', 'aspect_ratios')
     differing = [f for f in fields if previous.get(f) != config.get(f)]
@@ -133,11 +135,38 @@ def _check_model_dir(model_dir, config):
                 model_dir))
 
 
+# ---- google/automl model_dirs (training/automl_config.py) ----
+def _automl_config_path(model_dir):
+    """model_dir/config.yaml when it is google/automl's own, else None."""
+    path = os.path.join(model_dir, 'config.yaml')
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return path if automl_config.is_automl_config(
+            automl_config.load_yaml_text(f.read(), path)) else None
+
+
+def _adopt_automl_config(model_dir, config, explicit_keys):
+    """In an automl model_dir, automl's config.yaml decides every hparam the user did not set,
+    so evaluating its checkpoint reproduces automl's model and post-processing."""
+    path = _automl_config_path(model_dir) if model_dir else None
+    if path is None:
+        return
+    saved = hparams_config.flatten_keys(recipe.read_saved_config(path).as_dict())
+    keep = set(explicit_keys) | {'mixed_precision'}  # --use_amp decides that one.
+    config.override({key: value for key, value in saved.items() if key not in keep})
+    logging.info('hparams from automl\'s %s (except those set: %s)', path,
+                 ', '.join(sorted(explicit_keys)) or 'none')
+# ---- end of automl model_dirs ----
+
+
 def _write_run_files(model_dir, config, options, label_map):
     """config.yaml, flags.json and the data's label map: what export, predict and eval read
     back from model_dir (class names included) with no other flag."""
     os.makedirs(model_dir, exist_ok=True)
-    atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'), config.to_yaml())
+    if _automl_config_path(model_dir) is None:  # automl's own config.yaml is left as it is.
+        atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'),
+                                          config.to_yaml())
     if label_map is not None:
         atomic_file.write_json_atomically(os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE),
                                           label_map.to_json_dict(), indent=2)
@@ -176,7 +205,11 @@ def _build_estimator(options, params, device):
     main = distributed.is_main()
     log_dir = rank_log_dir(options)
     # Other ranks never checkpoint: their Estimator directory is their log dir or a temp one.
-    model_dir = log_dir or tempfile.mkdtemp(prefix='rank%d-' % distributed.rank())
+    if log_dir is None:
+        model_dir = tempfile.mkdtemp(prefix='rank%d-' % distributed.rank())
+        atexit.register(shutil.rmtree, model_dir, ignore_errors=True)
+    else:
+        model_dir = log_dir
     os.makedirs(model_dir, exist_ok=True)
     run_config = tf1.estimator.RunConfig(
         model_dir=model_dir, tf_random_seed=params['seed'],
@@ -185,6 +218,21 @@ def _build_estimator(options, params, device):
         save_summary_steps=options.iterations_per_loop if log_dir else None,
         log_step_count_steps=None, session_config=session_config(device, options.use_xla))
     return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
+
+
+def run_summary(config, device, world, per_rank_batch, total_steps, steps_per_epoch, params):
+    """The run's first line: the batch per rank and globally, the scaled learning rate and the
+    schedule, so a command carried over from another port shows at once what it means here."""
+    scale = per_rank_batch * world / float(config.lr_base_batch_size)
+    batch_norm = ''
+    if world > 1:
+        batch_norm = '; batch norm %s' % ('synchronised across ranks' if params['sync_batch_norm']
+                                          else 'per rank')
+    return ('%s on %s x%d: batch %d per rank, global %d; learning rate %.4g (%.4g per %d '
+            'images); %d steps (%d per epoch)%s; compute %s' % (
+                config.name, device, world, per_rank_batch, per_rank_batch * world,
+                config.learning_rate * scale, config.learning_rate, config.lr_base_batch_size,
+                total_steps, steps_per_epoch, batch_norm, params['compute_dtype']))
 
 
 def prepare(options, config, explicit_keys):
@@ -199,13 +247,18 @@ def prepare(options, config, explicit_keys):
     if not options.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
     _check_inputs(options)
+    _adopt_automl_config(options.model_dir, config, explicit_keys)
     label_map, label_map_path = _find_label_map(options)
     _adopt_num_classes(config, explicit_keys, label_map, label_map_path)
     hparams_config.validate(config)
     world = distributed.size()
-    per_rank_batch = _check_batch('train_batch_size', options.train_batch_size, world)
-    _check_batch('eval_batch_size', options.eval_batch_size, world)
-    steps_per_epoch = max(1, _examples_per_epoch(options) // options.train_batch_size)
+    # Per rank, as in Habana's port and Horovod practice: `mpirun -np 8 ... --train_batch_size 8`
+    # trains 64 images a step, and the learning rate (given per lr_base_batch_size images) and
+    # the steps per epoch follow that global batch.
+    per_rank_batch = _check_batch('train_batch_size', options.train_batch_size)
+    _check_batch('eval_batch_size', options.eval_batch_size)
+    global_batch = per_rank_batch * world
+    steps_per_epoch = max(1, _examples_per_epoch(options) // global_batch)
     num_epochs = options.num_epochs if options.num_epochs is not None else config.num_epochs
     total_steps = steps_per_epoch * num_epochs
     if options.deterministic:
@@ -215,13 +268,14 @@ def prepare(options, config, explicit_keys):
         _check_model_dir(options.model_dir, config)
         _write_run_files(options.model_dir, config, options, label_map)
     params = dict(config.as_dict(), batch_size=per_rank_batch,
-                  global_batch_size=options.train_batch_size, steps_per_epoch=steps_per_epoch,
+                  global_batch_size=global_batch, steps_per_epoch=steps_per_epoch,
                   total_steps=total_steps, seed=seed, backbone_ckpt=options.backbone_ckpt,
                   ckpt=options.ckpt, compute_dtype=(distributed.mixed_precision_dtype(device)
-                                                  if config.mixed_precision else 'float32'))
-    logging.info('%s on %s x%d: %d steps (%d per epoch), global batch %d, compute %s',
-                 config.name, device, world, total_steps, steps_per_epoch,
-                 options.train_batch_size, params['compute_dtype'])
+                                                  if config.mixed_precision else 'float32'),
+                  # Synchronised batch norm only means something with more than one rank.
+                  sync_batch_norm=bool(config.sync_batch_norm and world > 1))
+    logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
+                             steps_per_epoch, params))
     return Run(options, config, params, _build_estimator(options, params, device), label_map,
                steps_per_epoch, total_steps, *_skip_lists(options, config))
 

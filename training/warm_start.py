@@ -5,16 +5,23 @@ effect on a fresh model_dir: a run that resumes from its own checkpoint restores
 EMA shadow values are preferred when the checkpoint has them (they are the weights that were
 evaluated). A checkpoint that does not fit is an error listing the mismatched variables; the
 one exception is the class head's prediction layer, re-initialised when the class count differs.
+
+google/automl's checkpoints (a model_dir, or a released efficientdet-dN directory) use the
+same variable names. Its COCO checkpoints have a 90-way class head (label = COCO category
+id): data converted with `--label_layout=category_id` have 90 classes too, so the head is
+kept and the fine-tune starts from automl's detector, classes included.
 """
 import tensorflow as tf
 from absl import logging
 
+from dataset import label_map as label_map_lib
 from training import checkpoints
 
 tf1 = tf.compat.v1
 
 BACKBONE_PREFIX = 'efficientnet-'
 CLASS_PREDICT_MARK = 'class_net/class-predict'
+BOX_PREDICT_BIAS = 'box_net/box-predict/bias'
 _EMA_SUFFIX = '/ExponentialMovingAverage'
 
 
@@ -64,10 +71,21 @@ def _restore(checkpoint, flag, variables, allow_class_head_skip):
             '--model_name and the hparams the checkpoint was trained with.'
             % (flag, checkpoint, len(problems), '\n  '.join(shown)))
     if skipped:
-        logging.info('--%s: class head re-initialised (class count differs): %s',
-                     flag, ', '.join(skipped))
+        logging.info('--%s: class head re-initialised (class count differs): %s%s',
+                     flag, ', '.join(skipped), _layout_hint(checkpoint))
     tf1.train.init_from_checkpoint(checkpoint, assignment)
     logging.info('--%s: %d variables initialised from %s', flag, len(assignment), checkpoint)
+
+
+def _layout_hint(checkpoint):
+    """A hint when the checkpoint's class head is automl's 90-way COCO head."""
+    shapes = dict(tf.train.list_variables(checkpoint))
+    classes, boxes = shapes.get(CLASS_PREDICT_MARK + '/bias'), shapes.get(BOX_PREDICT_BIAS)
+    coco = label_map_lib.CATEGORY_ID_NUM_CLASSES
+    if classes and boxes and classes[0] == coco * (boxes[0] // 4):
+        return ('; it is automl\'s 90-way COCO head (label = category id): convert data with '
+                'COCO category ids using --label_layout=category_id to keep it')
+    return ''
 
 
 def apply(params):

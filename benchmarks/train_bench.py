@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks import profile_summary
 from benchmarks.report import REPO, BenchError, parse_result_lines
 
 TRAIN_COLUMNS = (('batch/rank', 'batch_per_rank', '%d'), ('ranks', 'ranks', '%d'),
@@ -13,6 +14,8 @@ TRAIN_COLUMNS = (('batch/rank', 'batch_per_rank', '%d'), ('ranks', 'ranks', '%d'
                  ('images/s/rank', 'images_per_sec_per_rank', '%.2f'),
                  ('images/s', 'images_per_sec_global', '%.2f'),
                  ('ms/step', 'step_time_ms', '%.0f'), ('p90 ms', 'step_time_p90_ms', '%.0f'),
+                 ('fwd %', 'forward_percent', '%.0f'), ('bwd %', 'backward_percent', '%.0f'),
+                 ('opt+EMA %', 'update_percent', '%.0f'), ('input %', 'input_percent', '%.0f'),
                  ('peak host MB', 'peak_host_memory_mb', '%.0f'),
                  ('wall s', 'wall_time_sec', '%.0f'))
 
@@ -24,6 +27,8 @@ def train_command(batch_size, model_dir, steps, warmup, *, model_name, hparams='
                  '--model_name=%s' % model_name, '--train_batch_size=%d' % batch_size,
                  '--benchmark_steps=%d' % steps, '--benchmark_warmup_steps=%d' % warmup,
                  '--log_every_n_steps=%d' % (steps + warmup)]
+    if warmup >= 2:  # The last warm-up step is traced (not a measured one, not the first).
+        main_args.append('--profile_steps=%d,%d' % (warmup, warmup))
     if hparams:
         main_args.append('--hparams=%s' % hparams)
     if use_fake_data:
@@ -54,6 +59,22 @@ def _train_row(batch_size, per_rank, command, onednn):
     return row
 
 
+def step_split(model_dir):
+    """Where the traced step's op time went, from the profiler trace under model_dir/profile
+    (benchmarks/profile_summary.py): percent forward, backward, optimizer + EMA and input
+    pipeline; {} when no trace was taken."""
+    try:
+        parts = profile_summary.summarize(profile_summary.find_trace(
+            os.path.join(model_dir, 'profile')), steps=1)['parts']
+    except (profile_summary.ProfileError, OSError):
+        return {}
+    split = {}
+    for key, group in (('forward', 'forward'), ('backward', 'backward'),
+                       ('update', 'update'), ('input', 'input')):
+        split[key + '_percent'] = sum(p['percent'] for p in parts if p['group'] == group)
+    return split
+
+
 def run_train_benchmark(batch_sizes, steps, warmup, onednn=True, **command_options):
     """One row per batch size; command_options: train_command's keyword arguments."""
     rows = []
@@ -64,9 +85,10 @@ def run_train_benchmark(batch_sizes, steps, warmup, onednn=True, **command_optio
             result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True,
                                     env=child_env(onednn))
+            split = step_split(model_dir) if result.returncode == 0 else {}
         per_rank = parse_result_lines(result.stdout)
         if result.returncode != 0 or not per_rank:
             raise BenchError('training benchmark at batch %d failed (exit %d):\n%s'
                              % (batch_size, result.returncode, result.stdout[-3000:]))
-        rows.append(_train_row(batch_size, per_rank, command, onednn))
+        rows.append(dict(_train_row(batch_size, per_rank, command, onednn), **split))
     return rows

@@ -59,15 +59,22 @@ def test_plot_curves_without_a_log_is_a_clear_error(tmp_path):
 
 
 def test_bench_train_reports_throughput_and_memory():
-    result, output = _bench(['train', '--batch_sizes=2', '--steps=2', '--warmup=1',
+    result, output = _bench(['train', '--batch_sizes=2', '--steps=2', '--warmup=2',
                              '--hparams=%s' % TINY_HPARAMS])
-    assert 'images/s/rank' in output
+    assert 'images/s/rank' in output and 'bwd %' in output
     (row,) = result['rows']
     for key in ('images_per_sec_per_rank', 'images_per_sec_global', 'step_time_ms',
                 'peak_host_memory_mb'):
         assert row[key] > 0, key
     assert row['global_batch'] == 2 and row['ranks'] == 1 and row['steps'] == 2
+    assert row['batch_per_rank'] == 2
     assert '--use_fake_data' in row['command'] and '--benchmark' in row['command']
+    # The profile of the last warm-up step: where a step goes.
+    assert '--profile_steps=2,2' in row['command']
+    assert row['forward_percent'] > 0 and row['backward_percent'] > 0
+    assert row['update_percent'] > 0
+    total = sum(row[k + '_percent'] for k in ('forward', 'backward', 'update', 'input'))
+    assert total <= 100.0 + 1e-6
 
 
 INFER_FIELDS = ('images_per_sec', 'latency_avg_ms', 'latency_p50_ms', 'latency_p90_ms',

@@ -131,6 +131,7 @@ def test_killing_rank1_stops_the_job_and_the_rerun_resumes_on_both_ranks(tiny_da
         _kill_tree(launcher, [])
     output = open(log_path).read()
     assert returncode == 0, output[-6000:]
+    assert 'resuming from %s (step %d)' % (latest, killed_at) in output, output[-4000:]
     # A fresh start would first log step 2 (<= killed_at): the first step is not logged.
     steps = [int(step) for step in STEP_RE.findall(output)]
     assert steps and min(steps) > killed_at and max(steps) == TOTAL_STEPS, steps

@@ -151,7 +151,7 @@ def make_training_hooks(options, total_steps, stop_step):
     """The hooks of one Estimator.train() call that stops at `stop_step`."""
     log_dir = run_setup.rank_log_dir(options)
     hooks = [FiniteGuardHook(), TrainLogHook(
-        log_dir, options.train_batch_size, max(total_steps, stop_step),
+        log_dir, options.train_batch_size * distributed.size(), max(total_steps, stop_step),
         options.log_every_n_steps, write_files=log_dir is not None, stop_step=stop_step)]
     if options.profile_steps and distributed.is_main():
         start, end = parse_profile_steps(options.profile_steps)

@@ -5,6 +5,8 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
     python bench.py infer --batch_sizes=1,2,4,8 (--model_dir=DIR | --random_weights) \
         [--source=random|image:IMG|repeat:IMG|dir:DIR] [--postprocess=graph,host,none] \
         --steps=50 --warmup=5
+    python bench.py infer --random_weights --batch_sizes=1 \
+        --formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8    (one line per format)
     python bench.py input --file_pattern='data/train-*.tfrecord' --batch_size=4 \
         --num_batches=50 [--is_training]
     python bench.py suite --output=docs/benchmarks-$(hostname).md     (what `make bench` runs)
@@ -47,6 +49,9 @@ def define_flags():
     flags.DEFINE_string('source', 'random',
                         'infer: random | image:PATH | repeat:PATH | dir:PATH.')
     flags.DEFINE_string('postprocess', 'graph', 'infer: comma list of graph, host, none.')
+    flags.DEFINE_string('formats', None, 'infer: comma list of saved_model, tflite_fp32, '
+                        'tflite_fp16, tflite_int8, each timed end to end in this run, one '
+                        'BENCHMARK line per format (instead of --postprocess modes).')
     flags.DEFINE_string('file_pattern', None, 'input: TFRecords to read.')
     flags.DEFINE_integer('batch_size', 4, 'input: batch size.', lower_bound=1)
     flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1)
@@ -98,7 +103,38 @@ def _infer_spec():
     return model_spec.ModelSpec(resolve_config(), None, None)
 
 
+def _infer_header(spec):
+    return {'bench': 'infer', 'model_name': spec.config.name,
+            'image_size': spec.config.image_size, 'source': FLAGS.source,
+            'weights': 'random' if spec.checkpoint is None else spec.checkpoint}
+
+
+def cmd_infer_formats():
+    """--formats: each format end to end, one table and BENCHMARK line per format; the line's
+    images_per_sec is its first batch size's."""
+    from benchmarks import infer_bench  # pylint: disable=import-outside-toplevel
+    from serving import tflite_export  # pylint: disable=import-outside-toplevel
+    if FLAGS['postprocess'].present:
+        raise BenchError('--formats times each format end to end (NMS included); drop '
+                         '--postprocess=%s or --formats' % FLAGS.postprocess)
+    formats = tflite_export.parse_formats(FLAGS.formats)
+    batch_sizes = parse_batch_sizes(FLAGS.batch_sizes, '1,2,4,8')
+    source = infer_bench.parse_source(FLAGS.source)
+    spec = _infer_spec()
+    columns = (('format', 'format', '%s'),) + INFER_COLUMNS[:1] + INFER_COLUMNS[2:]
+    for fmt in formats:
+        rows = infer_bench.benchmark_format(spec, fmt, batch_sizes, source, FLAGS.steps,
+                                            FLAGS.warmup)
+        for row in rows:
+            row['onednn'] = FLAGS.onednn
+        emit(dict(_infer_header(spec), format=fmt, batch_size=rows[0]['batch_size'],
+                  images_per_sec=rows[0]['images_per_sec'], rows=rows), rows, columns)
+
+
 def cmd_infer():
+    if FLAGS.formats is not None:
+        cmd_infer_formats()
+        return
     from benchmarks import infer_bench  # pylint: disable=import-outside-toplevel
     modes = [m.strip() for m in FLAGS.postprocess.split(',') if m.strip()]
     unknown = sorted(set(modes) - set(infer_bench.POSTPROCESS_MODES))
@@ -111,12 +147,9 @@ def cmd_infer():
     for batch_size in parse_batch_sizes(FLAGS.batch_sizes, '1,2,4,8'):
         rows.extend(infer_bench.benchmark_batch_size(spec, batch_size, source, modes,
                                                      FLAGS.steps, FLAGS.warmup))
-    config = spec.config
     for row in rows:
         row['onednn'] = FLAGS.onednn
-    emit({'bench': 'infer', 'model_name': config.name, 'image_size': config.image_size,
-          'weights': 'random' if spec.checkpoint is None else spec.checkpoint,
-          'source': FLAGS.source, 'rows': rows}, rows, INFER_COLUMNS)
+    emit(dict(_infer_header(spec), rows=rows), rows, INFER_COLUMNS)
 
 
 # ----------------------------------------------------------------------------- input

@@ -1,13 +1,18 @@
 r"""Export and prediction from the command line (the library is the serving/ package).
 
-    python inference.py export --model_dir=runs/demo --export_dir=runs/demo/saved_model
+    python inference.py export --model_dir=runs/demo --export_dir=runs/demo/saved_model \
+        [--formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8] \
+        [--calibration_file_pattern='data/train-*.tfrecord' | DIR] [--calibration_count=200]
     python inference.py predict --saved_model=runs/demo/saved_model --input=photos/ \
         --output_dir=runs/demo/predictions [--repeat=10] [--min_score=0.3]
     python inference.py predict --model_dir=runs/demo --input=photo.jpg --output_dir=out
+    python inference.py predict --tflite=runs/demo/saved_model/model_int8.tflite ...
 
 The model comes from model_dir/config.yaml (written by main.py), the label map from the
 `training_file_pattern` in model_dir/flags.json (or --label_map). See serving/detector.py for
-what the graph computes and serving/export.py for the SavedModel's signatures.
+what the graph computes, serving/export.py for the SavedModel's signatures and
+serving/tflite_export.py for the TFLite files (written into export_dir beside the SavedModel;
+an export that includes saved_model replaces export_dir, older .tflite files included).
 """
 from runtime import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
@@ -17,6 +22,8 @@ from serving import detector
 from serving import export
 from serving import model_spec
 from serving import predict
+from serving import tflite_export
+from serving import tflite_runner
 
 FLAGS = flags.FLAGS
 
@@ -31,7 +38,17 @@ def define_flags():
     flags.DEFINE_string('label_map', None, 'Label map JSON (default: beside the training '
                         'TFRecords named in model_dir/flags.json).')
     flags.DEFINE_string('export_dir', None, 'export: SavedModel directory to write.')
+    flags.DEFINE_string('formats', 'saved_model', 'export: comma list of %s.'
+                        % ', '.join(tflite_export.FORMATS))
+    flags.DEFINE_string('calibration_file_pattern', None, 'export tflite_int8: TFRecords '
+                        "(a glob) or a directory of images to calibrate on (default: the "
+                        "training TFRecords named in model_dir/flags.json).")
+    flags.DEFINE_integer('calibration_count', tflite_export.DEFAULT_CALIBRATION_COUNT,
+                         'export tflite_int8: calibrate on at most this many images.',
+                         lower_bound=1)
     flags.DEFINE_string('saved_model', None, 'predict: use this SavedModel (else model_dir).')
+    flags.DEFINE_string('tflite', None, 'predict: use this .tflite file of an export (its '
+                        'tflite.json beside it).')
     flags.DEFINE_string('input', None, 'predict: an image file or a directory of images.')
     flags.DEFINE_string('output_dir', None, 'predict: annotated images + detections.json.')
     flags.DEFINE_integer('repeat', 1, 'predict: run each image N times, report latency.',
@@ -56,23 +73,44 @@ def _spec_from_flags():
 
 def run_export():
     _require('model_dir', 'export_dir')
-    path = export.export_saved_model(_spec_from_flags(), FLAGS.export_dir)
-    print('exported %s' % path)
+    formats = tflite_export.parse_formats(FLAGS.formats)
+    spec = _spec_from_flags()
+    calibration = (FLAGS.calibration_file_pattern
+                   or tflite_export.default_calibration_source(FLAGS.model_dir))
+    if 'tflite_int8' in formats and not calibration:  # Said before any file is written.
+        raise model_spec.InferenceError(
+            'tflite_int8 needs calibration images and %s/flags.json names no training '
+            'TFRecords: pass --calibration_file_pattern=TFRECORD_GLOB or an image directory'
+            % FLAGS.model_dir)
+    if tflite_export.SAVED_MODEL in formats:
+        print('exported %s' % export.export_saved_model(spec, FLAGS.export_dir))
+    for path in tflite_export.export_tflite(spec, FLAGS.export_dir, formats, calibration,
+                                            FLAGS.calibration_count):
+        print('exported %s' % path)
     return 0
+
+
+def _predictor_and_names():
+    """The predictor the flags name (--tflite, --saved_model or --model_dir) and its
+    {category_id: name}."""
+    if FLAGS.tflite:
+        predictor = tflite_runner.TFLitePredictor(FLAGS.tflite)
+        return predictor, predictor.names
+    if FLAGS.saved_model:
+        return (detector.SavedModelPredictor(FLAGS.saved_model),
+                predict.category_names_of_saved_model(FLAGS.saved_model))
+    if not FLAGS.model_dir:
+        raise model_spec.InferenceError('predict needs --saved_model=DIR (an export), '
+                                        '--tflite=FILE.tflite or --model_dir=DIR (a training '
+                                        'run)')
+    spec = _spec_from_flags()
+    return (detector.GraphPredictor(spec, batch_size=1),
+            predict.category_names(spec.label_map))
 
 
 def run_predict():
     _require('input', 'output_dir')
-    if FLAGS.saved_model:
-        predictor = detector.SavedModelPredictor(FLAGS.saved_model)
-        names = predict.category_names_of_saved_model(FLAGS.saved_model)
-    else:
-        if not FLAGS.model_dir:
-            raise model_spec.InferenceError('predict needs --saved_model=DIR (an export) or '
-                                 '--model_dir=DIR (a training run)')
-        spec = _spec_from_flags()
-        predictor, names = detector.GraphPredictor(spec, batch_size=1), predict.category_names(
-            spec.label_map)
+    predictor, names = _predictor_and_names()
     try:
         return predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
                                      repeat=FLAGS.repeat, min_score=FLAGS.min_score)

@@ -16,6 +16,16 @@ Sources of the images fed:
   image:PATH      one image decoded on the host, the same pixels B times
   repeat:PATH     one image's encoded bytes B times, decoded in the graph
   dir:PATH        the encoded image files of a directory, cycled, decoded in the graph
+
+With formats (bench.py infer --formats=saved_model,tflite_fp32,...), each format is timed end
+to end on the same feeds, preprocessing + network + NMS (benchmark_format):
+  saved_model     the SavedModel's frozen graph (detector.GraphPredictor: what the export
+                  holds, run in a session), in-graph preprocessing and NMS
+  tflite_*        serving/tflite_runner.py: preprocessing as a tf.function, the converted
+                  network then the post-processing file (NMS) in tf.lite.Interpreter with
+                  XNNPACK on every core, boxes scaled on the host; a batch runs image by image
+                  (the models are batch 1).
+                  int8 is calibrated on a few images of the source (timing, not accuracy).
 """
 import os
 import time
@@ -28,6 +38,8 @@ from benchmarks.report import BenchError
 from modeling import host_postprocess
 from serving import detector
 from serving import predict
+from serving import tflite_export
+from serving import tflite_runner
 from training import run_log
 
 
@@ -136,6 +148,49 @@ def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session
             run = _runner(predictor, mode, detector.inference_config(spec.config))
             row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
             row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds,
+                       peak_host_memory_mb=run_log.host_memory_mb()[1])
+            rows.append(row)
+    finally:
+        predictor.close()
+    return rows
+
+
+def _calibration_images(batches, config, count=8):
+    """float32 [1, h, w, 3] inputs of up to `count` images of the feeds (int8 calibration)."""
+    preprocessor = tflite_runner.Preprocessor(config.image_size, config.mean_rgb,
+                                              config.stddev_rgb)
+    images = [image for batch in batches for image in batch][:count]
+    return [preprocessor.decode(image)[0] if isinstance(image, bytes) else
+            preprocessor(image)[0] for image in images]
+
+
+def format_predictor(spec, fmt, batches):
+    """A predictor of `fmt` ('saved_model' or a TFLite format) for `spec`, converted here."""
+    if fmt == tflite_export.SAVED_MODEL:
+        return detector.GraphPredictor(spec, None, None, batches[0].dtype == object)
+    representative = None
+    if fmt == 'tflite_int8':
+        images = _calibration_images(batches, spec.config)
+        representative = lambda: iter(images)
+    return tflite_runner.TFLitePredictor(
+        metadata=tflite_export.export_metadata(spec),
+        model_content=tflite_export.convert(spec, fmt, representative),
+        postprocess_content=tflite_export.convert_postprocess(spec))
+
+
+def benchmark_format(spec, fmt, batch_sizes, source, steps, warmup):
+    """One row per batch size for one format, end to end (preprocessing, network, NMS)."""
+    start = time.perf_counter()
+    predictor = format_predictor(spec, fmt, make_batches(source, batch_sizes[0], spec.config))
+    build_seconds = time.perf_counter() - start
+    rows = []
+    try:
+        for batch_size in batch_sizes:
+            batches = make_batches(source, batch_size, spec.config)
+            row = latency_summary(time_runs(predictor.predict, batches, steps, warmup),
+                                  batch_size)
+            row.update(format=fmt, postprocess='graph', warmup=warmup,
+                       graph_build_sec=build_seconds,
                        peak_host_memory_mb=run_log.host_memory_mb()[1])
             rows.append(row)
     finally:

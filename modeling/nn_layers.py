@@ -234,11 +234,14 @@ def upsample_nearest(inputs, factor_h, factor_w):
     """Nearest-neighbour upsampling by integer factors. [B, H, W, C] -> [B, H*fh, W*fw, C].
 
     Done with broadcast + reshape, so it is exact in every dtype and keeps static shapes.
+    The unit axes come from a reshape, not from indexing with None: that would be a 6-D
+    strided slice, which TFLite's builtin ops cannot run (serving/tflite_export.py).
     """
     _, height, width, channels = inputs.shape.as_list()
     target = tf.concat([tf.shape(inputs)[:1],
                         [height, factor_h, width, factor_w, channels]], axis=0)
-    tiled = tf.broadcast_to(inputs[:, :, None, :, None, :], target)
+    expanded = tf.reshape(inputs, [-1, height, 1, width, 1, channels])
+    tiled = tf.broadcast_to(expanded, target)
     return tf.reshape(tiled, [-1, height * factor_h, width * factor_w, channels])
 
 

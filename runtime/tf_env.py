@@ -14,8 +14,11 @@ tensorflow. A value already in the environment always wins, so a user can still 
   Estimator's INFO chatter, the RunConfig dump, "Use tf.keras instead" deprecation notices) is
   raised to ERROR unless --verbose. The project's own lines go through absl's logger and stay.
 """
+import contextlib
 import logging
 import os
+import sys
+import tempfile
 import warnings
 
 from runtime.cli import verbose_requested
@@ -41,3 +44,31 @@ def quiet_python_logging(verbose=VERBOSE):
     except ImportError:
         return
     deprecation._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def quiet_native_output(verbose=VERBOSE):
+    """Keeps what TensorFlow's native code prints straight to the process's stdout/stderr
+    (the TFLite converter's per-op summary, MLIR notices) off the screen unless verbose: file
+    descriptors 1 and 2 point at a temporary file inside the block. Errors still reach the
+    user as the Python exceptions the converter raises."""
+    if verbose:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        for descriptor in saved:
+            os.close(descriptor)

@@ -35,20 +35,25 @@ def _read_config(model_dir, hparams):
     return recipe.resolve(saved.name, hparams, base=saved)
 
 
+def run_flags(model_dir):
+    """model_dir/flags.json (the flags main.py ran with) as a dict; {} when there is none."""
+    path = os.path.join(model_dir or '', 'flags.json')
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def _find_label_map_path(model_dir):
     """model_dir's own copy of the label map (main.py writes it), else the one beside the
     TFRecords named in model_dir/flags.json."""
     copied = os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE)
     if os.path.isfile(copied):
         return copied
-    path = os.path.join(model_dir, 'flags.json')
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        run_flags = json.load(f)
+    flags_used = run_flags(model_dir)
     for key in ('training_file_pattern', 'validation_file_pattern'):
-        if run_flags.get(key):
-            found = label_map_lib.label_map_path_for(run_flags[key])
+        if flags_used.get(key):
+            found = label_map_lib.label_map_path_for(flags_used[key])
             if found:
                 return found
     return None

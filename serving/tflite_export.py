@@ -46,6 +46,7 @@ from modeling import postprocess
 from runtime import atomic_file
 from runtime import tf_env
 from serving import detector
+from serving import model_spec
 from serving import predict
 from serving import tflite_runner
 from serving.model_spec import InferenceError
@@ -196,11 +197,7 @@ def calibration_images(source, config, count=DEFAULT_CALIBRATION_COUNT):
 
 def default_calibration_source(model_dir):
     """The training TFRecords model_dir/flags.json names (what main.py trained on), or None."""
-    path = os.path.join(model_dir or '', 'flags.json')
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        pattern = json.load(f).get('training_file_pattern')
+    pattern = model_spec.run_flags(model_dir).get('training_file_pattern')
     return pattern if pattern and glob.glob(pattern) else None
 
 

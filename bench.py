@@ -6,7 +6,7 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
         [--source=random|image:IMG|repeat:IMG|dir:DIR] [--postprocess=graph,host,none] \
         --steps=50 --warmup=5
     python bench.py infer --random_weights --batch_sizes=1 \
-        --formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8    (one line per format)
+        --formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8,onnx_fp32  (a line each)
     python bench.py input --file_pattern='data/train-*.tfrecord' --batch_size=4 \
         --num_batches=50 [--is_training]
     python bench.py suite --output=docs/benchmarks-$(hostname).md     (what `make bench` runs)
@@ -50,8 +50,8 @@ def define_flags():
                         'infer: random | image:PATH | repeat:PATH | dir:PATH.')
     flags.DEFINE_string('postprocess', 'graph', 'infer: comma list of graph, host, none.')
     flags.DEFINE_string('formats', None, 'infer: comma list of saved_model, tflite_fp32, '
-                        'tflite_fp16, tflite_int8, each timed end to end in this run, one '
-                        'BENCHMARK line per format (instead of --postprocess modes).')
+                        'tflite_fp16, tflite_int8, onnx_fp32, each timed end to end in this '
+                        'run, one BENCHMARK line per format (instead of --postprocess modes).')
     flags.DEFINE_string('file_pattern', None, 'input: TFRecords to read.')
     flags.DEFINE_integer('batch_size', 4, 'input: batch size.', lower_bound=1)
     flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1)
@@ -118,6 +118,10 @@ def cmd_infer_formats():
         raise BenchError('--formats times each format end to end (NMS included); drop '
                          '--postprocess=%s or --formats' % FLAGS.postprocess)
     formats = tflite_export.parse_formats(FLAGS.formats)
+    if 'onnx_fp32' in formats:  # A missing package is said before anything is timed.
+        from serving import onnx_export, onnx_runner  # pylint: disable=import-outside-toplevel
+        onnx_export.import_tf2onnx()
+        onnx_runner.import_onnxruntime()
     batch_sizes = parse_batch_sizes(FLAGS.batch_sizes, '1,2,4,8')
     source = infer_bench.parse_source(FLAGS.source)
     spec = _infer_spec()

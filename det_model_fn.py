@@ -148,16 +148,16 @@ def _train_op(total_loss, params, learning_rate):
     grads_finite = tf.math.is_finite(global_norm)
     finite = tf.logical_and(grads_finite, tf.math.is_finite(total_loss))
     update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+    averaged = checkpoints.ema_variables()
+    shadows = checkpoints.ema_shadows(averaged)
 
     def apply():
         with tf.control_dependencies(update_ops):
             step = optimizer.apply_gradients(list(zip(grads, variables)), global_step)
         with tf.control_dependencies([step]):
-            ema = tf1.train.ExponentialMovingAverage(params['moving_average_decay'],
-                                                     num_updates=global_step)
-            return tf.group(ema.apply(checkpoints.ema_variables()))
+            return checkpoints.ema_update(averaged, shadows, params['moving_average_decay'],
+                                          global_step)
 
-    # Build the EMA slots outside the cond so they exist for savers; cond picks the branch.
     train_op = tf.cond(finite, lambda: _as_bool(apply()), lambda: tf.constant(False))
     if scaler is None:
         return train_op, global_norm, finite
@@ -232,5 +232,14 @@ def model_fn(features, labels, mode, params):
     for name in TRAIN_LOG_KEYS:
         tf1.add_to_collection(TRAIN_LOG_COLLECTION, tf.cast(logged[name], tf.float32))
     return tf1.estimator.EstimatorSpec(
-        mode, loss=total_loss, train_op=train_op,
+        mode, loss=total_loss, train_op=train_op, scaffold=_train_scaffold(),
         training_hooks=distributed.broadcast_hook())
+
+
+def _train_scaffold():
+    """The default Scaffold without its readiness checks: report_uninitialized_variables over
+    every variable, built and run twice at session creation (seconds for D0), wait for another
+    task to initialise shared variables. Every rank here initialises or restores all of its
+    own (a checkpoint missing a variable fails its restore)."""
+    ready = tf.constant([], tf.string, name='all_variables_ready')
+    return tf1.train.Scaffold(ready_op=ready, ready_for_local_init_op=ready)

@@ -1,18 +1,20 @@
 r"""Export and prediction from the command line (the library is the serving/ package).
 
     python inference.py export --model_dir=runs/demo --export_dir=runs/demo/saved_model \
-        [--formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8] \
+        [--formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8,onnx_fp32] \
         [--calibration_file_pattern='data/train-*.tfrecord' | DIR] [--calibration_count=200]
     python inference.py predict --saved_model=runs/demo/saved_model --input=photos/ \
         --output_dir=runs/demo/predictions [--repeat=10] [--min_score=0.3]
     python inference.py predict --model_dir=runs/demo --input=photo.jpg --output_dir=out
     python inference.py predict --tflite=runs/demo/saved_model/model_int8.tflite ...
+    python inference.py predict --onnx=runs/demo/saved_model/model_fp32.onnx ...
 
 The model comes from model_dir/config.yaml (written by main.py), the label map from the
 `training_file_pattern` in model_dir/flags.json (or --label_map). See serving/detector.py for
 what the graph computes, serving/export.py for the SavedModel's signatures and
-serving/tflite_export.py for the TFLite files (written into export_dir beside the SavedModel;
-an export that includes saved_model replaces export_dir, older .tflite files included).
+serving/tflite_export.py for the TFLite files and serving/onnx_export.py for the ONNX file
+(written into export_dir beside the SavedModel; an export that includes saved_model replaces
+export_dir, older .tflite and .onnx files included).
 """
 from runtime import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
@@ -21,6 +23,8 @@ from runtime import cli
 from serving import detector
 from serving import export
 from serving import model_spec
+from serving import onnx_export
+from serving import onnx_runner
 from serving import predict
 from serving import tflite_export
 from serving import tflite_runner
@@ -49,6 +53,8 @@ def define_flags():
     flags.DEFINE_string('saved_model', None, 'predict: use this SavedModel (else model_dir).')
     flags.DEFINE_string('tflite', None, 'predict: use this .tflite file of an export (its '
                         'tflite.json beside it).')
+    flags.DEFINE_string('onnx', None, 'predict: use this .onnx file of an export (its '
+                        'tflite.json and post-processing file beside it).')
     flags.DEFINE_string('input', None, 'predict: an image file or a directory of images.')
     flags.DEFINE_string('output_dir', None, 'predict: annotated images + detections.json.')
     flags.DEFINE_integer('repeat', 1, 'predict: run each image N times, report latency.',
@@ -82,17 +88,24 @@ def run_export():
             'tflite_int8 needs calibration images and %s/flags.json names no training '
             'TFRecords: pass --calibration_file_pattern=TFRECORD_GLOB or an image directory'
             % FLAGS.model_dir)
+    if set(formats) & set(onnx_export.ONNX_FILES):
+        onnx_export.import_tf2onnx()  # A missing package is said before any file is written.
     if tflite_export.SAVED_MODEL in formats:
         print('exported %s' % export.export_saved_model(spec, FLAGS.export_dir))
-    for path in tflite_export.export_tflite(spec, FLAGS.export_dir, formats, calibration,
-                                            FLAGS.calibration_count):
+    for path in tflite_export.export_network_files(spec, FLAGS.export_dir, formats,
+                                                   calibration, FLAGS.calibration_count):
         print('exported %s' % path)
     return 0
 
 
 def _predictor_and_names():
-    """The predictor the flags name (--tflite, --saved_model or --model_dir) and its
+    """The predictor the flags name (--tflite, --onnx, --saved_model or --model_dir) and its
     {category_id: name}."""
+    if FLAGS.tflite and FLAGS.onnx:
+        raise model_spec.InferenceError('give --tflite=FILE or --onnx=FILE, not both')
+    if FLAGS.onnx:
+        predictor = onnx_runner.ONNXPredictor(FLAGS.onnx)
+        return predictor, predictor.names
     if FLAGS.tflite:
         predictor = tflite_runner.TFLitePredictor(FLAGS.tflite)
         return predictor, predictor.names
@@ -101,8 +114,8 @@ def _predictor_and_names():
                 predict.category_names_of_saved_model(FLAGS.saved_model))
     if not FLAGS.model_dir:
         raise model_spec.InferenceError('predict needs --saved_model=DIR (an export), '
-                                        '--tflite=FILE.tflite or --model_dir=DIR (a training '
-                                        'run)')
+                                        '--tflite=FILE.tflite, --onnx=FILE.onnx or '
+                                        '--model_dir=DIR (a training run)')
     spec = _spec_from_flags()
     return (detector.GraphPredictor(spec, batch_size=1),
             predict.category_names(spec.label_map))

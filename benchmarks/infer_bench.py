@@ -26,6 +26,9 @@ to end on the same feeds, preprocessing + network + NMS (benchmark_format):
                   XNNPACK on every core, boxes scaled on the host; a batch runs image by image
                   (the models are batch 1).
                   int8 is calibrated on a few images of the source (timing, not accuracy).
+  onnx_fp32       serving/onnx_runner.py: the same, the network converted by tf2onnx and run
+                  in onnxruntime (CPUExecutionProvider, every core); the post-processing is
+                  still the TFLite file (ONNX has no soft-NMS).
 """
 import os
 import time
@@ -37,6 +40,8 @@ import hparams_config
 from benchmarks.report import BenchError
 from modeling import host_postprocess
 from serving import detector
+from serving import onnx_export
+from serving import onnx_runner
 from serving import predict
 from serving import tflite_export
 from serving import tflite_runner
@@ -165,14 +170,17 @@ def _calibration_images(batches, config, count=8):
 
 
 def format_predictor(spec, fmt, batches):
-    """A predictor of `fmt` ('saved_model' or a TFLite format) for `spec`, converted here."""
+    """A predictor of `fmt` ('saved_model', a TFLite or the ONNX format) for `spec`, converted
+    here."""
     if fmt == tflite_export.SAVED_MODEL:
         return detector.GraphPredictor(spec, None, None, batches[0].dtype == object)
     representative = None
     if fmt == 'tflite_int8':
         images = _calibration_images(batches, spec.config)
         representative = lambda: iter(images)
-    return tflite_runner.TFLitePredictor(
+    predictor_class = (onnx_runner.ONNXPredictor if fmt in onnx_export.ONNX_FILES
+                       else tflite_runner.TFLitePredictor)
+    return predictor_class(
         metadata=tflite_export.export_metadata(spec),
         model_content=tflite_export.convert(spec, fmt, representative),
         postprocess_content=tflite_export.convert_postprocess(spec))

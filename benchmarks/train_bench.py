@@ -17,6 +17,9 @@ TRAIN_COLUMNS = (('batch/rank', 'batch_per_rank', '%d'), ('ranks', 'ranks', '%d'
                  ('fwd %', 'forward_percent', '%.0f'), ('bwd %', 'backward_percent', '%.0f'),
                  ('opt+EMA %', 'update_percent', '%.0f'), ('input %', 'input_percent', '%.0f'),
                  ('peak host MB', 'peak_host_memory_mb', '%.0f'),
+                 # Process start to the end of the first step; the first step alone.
+                 ('start-up s', 'startup_sec', '%.0f'),
+                 ('first step s', 'first_step_sec', '%.0f'),
                  ('wall s', 'wall_time_sec', '%.0f'))
 
 

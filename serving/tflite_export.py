@@ -28,8 +28,11 @@ Precisions of the network file:
   tflite_int8  model_int8.tflite  post-training quantization: int8 weights and activations,
                                   ranges calibrated on --calibration_file_pattern images
                                   (default 200), float32 in and out
+The ONNX file of the same network (onnx_fp32, model_fp32.onnx: serving/onnx_export.py) is
+written here too, beside them, with the same post-processing file.
 export_dir/tflite.json holds what the host needs (input size, normalisation, category ids and
-names, clip_to_image) and how each file was made. Files are written atomically.
+names, clip_to_image) and how each file was made, the ONNX file included. Files are written
+atomically.
 """
 import glob
 import json
@@ -47,6 +50,7 @@ from runtime import atomic_file
 from runtime import tf_env
 from serving import detector
 from serving import model_spec
+from serving import onnx_export
 from serving import predict
 from serving import tflite_runner
 from serving.model_spec import InferenceError
@@ -56,8 +60,9 @@ tf1 = tf.compat.v1
 SAVED_MODEL = 'saved_model'
 TFLITE_FILES = {'tflite_fp32': 'model_fp32.tflite', 'tflite_fp16': 'model_fp16.tflite',
                 'tflite_int8': 'model_int8.tflite'}
-FORMATS = (SAVED_MODEL,) + tuple(TFLITE_FILES)
-POSTPROCESS_FILE = 'postprocess_fp32.tflite'  # Every precision's post-processing.
+NETWORK_FILES = dict(TFLITE_FILES, **onnx_export.ONNX_FILES)
+FORMATS = (SAVED_MODEL,) + tuple(NETWORK_FILES)
+POSTPROCESS_FILE = 'postprocess_fp32.tflite'  # Every network file's post-processing.
 DEFAULT_CALIBRATION_COUNT = 200
 
 
@@ -130,10 +135,12 @@ def build_tflite_graph(spec, part):
 
 
 def convert(spec, fmt, representative_images=None):
-    """The network file's bytes of `spec` in format `fmt` (a TFLITE_FILES key). tflite_int8
+    """The network file's bytes of `spec` in format `fmt` (a NETWORK_FILES key). tflite_int8
     needs representative_images: a callable returning an iterable of float32 [1, h, w, 3]."""
+    if fmt in onnx_export.ONNX_FILES:
+        return onnx_export.convert_graph(*build_tflite_graph(spec, 'network'))
     if fmt not in TFLITE_FILES:
-        raise ValueError('not a TFLite format: %r' % fmt)
+        raise ValueError('not a network file format: %r' % fmt)
     if fmt == 'tflite_int8' and representative_images is None:
         raise ValueError('tflite_int8 needs representative_images')
     return _convert(spec, 'network', fmt, representative_images)
@@ -232,11 +239,11 @@ def _write_metadata(export_dir, spec, files):
     atomic_file.write_json_atomically(path, metadata, indent=1, sort_keys=True)
 
 
-def export_tflite(spec, export_dir, formats, calibration_source=None,
-                  calibration_count=DEFAULT_CALIBRATION_COUNT, log=print):
-    """Writes export_dir/model_<precision>.tflite for each TFLite format in `formats` and
-    export_dir/tflite.json; returns the written paths."""
-    formats = [fmt for fmt in formats if fmt in TFLITE_FILES]
+def export_network_files(spec, export_dir, formats, calibration_source=None,
+                         calibration_count=DEFAULT_CALIBRATION_COUNT, log=print):
+    """Writes export_dir/model_<precision>.tflite or .onnx for each TFLite or ONNX format in
+    `formats`, the post-processing file and export_dir/tflite.json; returns the written paths."""
+    formats = [fmt for fmt in formats if fmt in NETWORK_FILES]
     if not formats:
         return []
     if spec.checkpoint is None:
@@ -253,10 +260,12 @@ def export_tflite(spec, export_dir, formats, calibration_source=None,
     written, files = [], {}
     for fmt in formats:
         start = time.time()
-        name = TFLITE_FILES[fmt]
+        name = NETWORK_FILES[fmt]
         files[name] = {'format': fmt, 'exported_at': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
         content = convert(spec, fmt, representative)
         files[name].update(bytes=len(content), postprocess=POSTPROCESS_FILE)
+        if fmt in onnx_export.ONNX_FILES:
+            files[name]['converter'] = 'tf2onnx, opset %d' % onnx_export.OPSET
         if fmt == 'tflite_int8':
             files[name]['calibration'] = {'source': calibration_source, 'images': len(images)}
         written.append(_write_file(os.path.join(export_dir, name), content))

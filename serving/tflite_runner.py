@@ -11,6 +11,8 @@ boxes times the image scale, clipped to the image, and labels mapped to category
 
 The interpreter uses every core (num_threads = os.cpu_count()) and TensorFlow 2.15's default
 XNNPACK delegate. The files' companion `tflite.json` (beside them) says how they were built.
+ExportPredictor is everything but the network's runtime: serving/onnx_runner.py runs the ONNX
+network file in onnxruntime with the same preprocessing, post-processing file and host end.
 """
 import json
 import os
@@ -31,13 +33,14 @@ LOGITS = 'class_logits'  # float32 [1, N, C]: the network's outputs, the post-pr
 CODES = 'box_codes'      # float32 [1, N, 4]  inputs (anchor order).
 
 
-def read_metadata(model_path):
-    """The tflite.json beside `model_path` as a dict; an InferenceError naming it if absent."""
+def read_metadata(model_path, fmt='tflite_fp32'):
+    """The tflite.json beside `model_path` (a network file of format `fmt`) as a dict; an
+    InferenceError naming it if absent."""
     path = os.path.join(os.path.dirname(os.path.abspath(model_path)), METADATA_FILE)
     if not os.path.isfile(path):
-        raise InferenceError('%s does not exist: a .tflite file of `python inference.py '
-                             'export --formats=tflite_...` needs the %s written beside it'
-                             % (path, METADATA_FILE))
+        raise InferenceError('%s does not exist: %s of `python inference.py export '
+                             '--formats=%s` needs the %s written beside it'
+                             % (path, os.path.basename(model_path), fmt, METADATA_FILE))
     with open(path) as f:
         return json.load(f)
 
@@ -116,22 +119,29 @@ def _by_name(details):
     return {detail['name']: detail['index'] for detail in details}
 
 
-class TFLitePredictor:
-    """A TFLite export; `predict(images)` -> {OUTPUT_KEYS: numpy}, as SavedModelPredictor.
+class ExportPredictor:
+    """Base of the predictors of an export's network file: `predict(images)` -> {OUTPUT_KEYS:
+    numpy}, as SavedModelPredictor. A subclass runs the network (`network_outputs`); this
+    class runs the preprocessing, the post-processing file and the host-side end.
 
     images: uint8 [B, H, W, 3] (one size per batch), or an object array of encoded images
-    [B]. The models are batch 1: a batch runs image by image. The post-processing file is
-    the one tflite.json names for the model (files[name].postprocess), or postprocess_content.
+    [B]. The network files are batch 1: a batch runs image by image. The post-processing file
+    is the one tflite.json names for the model (files[name].postprocess), or
+    postprocess_content. FLAG and FORMAT name the command-line flag and export format in
+    error messages.
     """
+    FLAG = '--tflite'
+    FORMAT = 'tflite_fp32'
 
-    def __init__(self, model_path=None, metadata=None, model_content=None,
-                 postprocess_content=None, num_threads=None):
+    def __init__(self, model_path=None, metadata=None, postprocess_content=None,
+                 num_threads=None):
         postprocess_path = None
         if model_path is not None:
             if not os.path.isfile(model_path):
-                raise InferenceError('--tflite=%s does not exist; create it with `python '
-                                     'inference.py export --formats=tflite_fp32`' % model_path)
-            metadata = metadata or read_metadata(model_path)
+                raise InferenceError('%s=%s does not exist; create it with `python '
+                                     'inference.py export --formats=%s`'
+                                     % (self.FLAG, model_path, self.FORMAT))
+            metadata = metadata or read_metadata(model_path, self.FORMAT)
             postprocess_name = metadata.get('files', {}).get(
                 os.path.basename(model_path), {}).get('postprocess')
             if not postprocess_name:
@@ -139,25 +149,24 @@ class TFLitePredictor:
                                      'again with `python inference.py export --formats=...`'
                                      % (METADATA_FILE, model_path))
             postprocess_path = os.path.join(os.path.dirname(model_path), postprocess_name)
-        self._interpreter = _load(model_path, model_content, num_threads)
         self._postprocess = _load(postprocess_path, postprocess_content, num_threads)
         self.metadata = metadata
         self.names = category_names(metadata)
         self._preprocess = Preprocessor(metadata['image_size'], metadata['mean_rgb'],
                                         metadata['stddev_rgb'])
-        (self._input,) = self._interpreter.get_input_details()
-        self._outputs = _by_name(self._interpreter.get_output_details())
         self._post_inputs = _by_name(self._postprocess.get_input_details())
         self._post_outputs = _by_name(self._postprocess.get_output_details())
         self._category_ids = np.asarray(metadata['category_ids'], np.int64)
 
+    def network_outputs(self, network_image):
+        """float32 [1, h, w, 3] preprocessed -> {LOGITS: [1, N, C], CODES: [1, N, 4]}."""
+        raise NotImplementedError
+
     def run_network(self, network_image):
         """float32 [1, h, w, 3] preprocessed -> (detections [M, 6], count) in network pixels."""
-        self._interpreter.set_tensor(self._input['index'], network_image)
-        self._interpreter.invoke()
+        outputs = self.network_outputs(network_image)
         for name in (LOGITS, CODES):
-            self._postprocess.set_tensor(self._post_inputs[name],
-                                         self._interpreter.get_tensor(self._outputs[name]))
+            self._postprocess.set_tensor(self._post_inputs[name], outputs[name])
         self._postprocess.invoke()
         return (self._postprocess.get_tensor(self._post_outputs[DETECTIONS_OUTPUT])[0],
                 int(self._postprocess.get_tensor(self._post_outputs[NUM_DETECTIONS_OUTPUT])[0]))
@@ -179,4 +188,25 @@ class TFLitePredictor:
                     OUTPUT_KEYS, (np.float32, np.float32, np.int64, np.int32)))}
 
     def close(self):
-        self._interpreter = self._postprocess = None
+        self._postprocess = None
+
+
+class TFLitePredictor(ExportPredictor):
+    """A TFLite export: the network file in tf.lite.Interpreter (XNNPACK, every core)."""
+
+    def __init__(self, model_path=None, metadata=None, model_content=None,
+                 postprocess_content=None, num_threads=None):
+        super().__init__(model_path, metadata, postprocess_content, num_threads)
+        self._interpreter = _load(model_path, model_content, num_threads)
+        (self._input,) = self._interpreter.get_input_details()
+        self._outputs = _by_name(self._interpreter.get_output_details())
+
+    def network_outputs(self, network_image):
+        self._interpreter.set_tensor(self._input['index'], network_image)
+        self._interpreter.invoke()
+        return {name: self._interpreter.get_tensor(self._outputs[name])
+                for name in (LOGITS, CODES)}
+
+    def close(self):
+        super().close()
+        self._interpreter = None

@@ -62,6 +62,36 @@ def tiny_flags(dataset, model_dir, *extra, hparams=TINY_HPARAMS):
 
 
 @pytest.fixture(scope='session')
+def tiny_trained_run(tiny_dataset, tmp_path_factory):
+    """model_dir of two training steps of the tiny model (read only: the TFLite and ONNX
+    export tests export it into directories of their own)."""
+    model_dir = str(tmp_path_factory.mktemp('tiny_trained_run'))
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1'))
+    assert result.returncode == 0, result.stdout[-5000:]
+    return model_dir
+
+
+def val_images(pattern, count=4):
+    """uint8 [H, W, 3] pixels of the first `count` images of the TFRecords matching pattern."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    images = []
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            encoded = tf.train.Example.FromString(raw).features.feature['image/encoded']
+            images.append(tf.io.decode_jpeg(encoded.bytes_list.value[0], channels=3).numpy())
+    return images[:count]
+
+
+def write_jpegs(images, directory):
+    """Writes uint8 [H, W, 3] images as directory/000001.jpg, 000002.jpg, ...; returns it."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    directory.mkdir()
+    for index, image in enumerate(images):
+        (directory / ('%06d.jpg' % (index + 1))).write_bytes(tf.io.encode_jpeg(image).numpy())
+    return directory
+
+
+@pytest.fixture(scope='session')
 def profiled_run(tiny_dataset, tmp_path_factory):
     """model_dir of two steps of train_and_eval with the profiler on step 2 (the trace is
     under model_dir/profile); shared by the bench and profile_summary tests."""

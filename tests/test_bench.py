@@ -68,6 +68,10 @@ def test_bench_train_reports_throughput_and_memory():
         assert row[key] > 0, key
     assert row['global_batch'] == 2 and row['ranks'] == 1 and row['steps'] == 2
     assert row['batch_per_rank'] == 2
+    # Start-up: process start to the end of the first step, which it includes.
+    assert 'start-up s' in output
+    assert row['startup_sec'] > row['first_step_sec'] > 0
+    assert row['startup_sec'] < row['wall_time_sec'] + 60
     assert '--use_fake_data' in row['command'] and '--benchmark' in row['command']
     # The profile of the last warm-up step: where a step goes.
     assert '--profile_steps=2,2' in row['command']

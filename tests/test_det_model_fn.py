@@ -129,3 +129,52 @@ def test_float16_loss_scale_grows_after_a_run_of_finite_steps():
                 scales.append(session.run(scaler.scale))
             assert scales == [8.0, 8.0, 16.0, 16.0, 8.0, 4.0, 2.0, 1.0, 1.0]
             assert session.run(scaler.exhausted())
+
+
+def test_ema_shadows_and_update_equal_tensorflows_exponential_moving_average(tmp_path):
+    """training.checkpoints.ema_shadows/ema_update (built without a tf.cond per variable) give
+    TensorFlow's EMA names and values bit for bit: the shadow starts at the variable's initial
+    value (also when a warm start replaces it) and follows the num_updates-capped decay."""
+    from training import checkpoints
+    tf1 = tf.compat.v1
+    warm = tmp_path / 'warm'
+    with tf.Graph().as_default(), tf1.Session() as session:
+        tf1.get_variable('b', initializer=np.float32([7.0, -3.0, 0.5]))
+        session.run(tf1.global_variables_initializer())
+        tf1.train.Saver().save(session, str(warm / 'model.ckpt'))
+
+    def run(ours):
+        with tf.Graph().as_default():
+            step = tf1.train.get_or_create_global_step()
+            a = tf1.get_variable('a', [4, 3], initializer=tf1.random_normal_initializer(seed=3))
+            b = tf1.get_variable('b', [3], initializer=tf1.zeros_initializer())
+            tf1.train.init_from_checkpoint(str(warm / 'model.ckpt'), {'b': b})
+            variables = [a, b]
+            if ours:
+                shadows = checkpoints.ema_shadows(variables)
+            target = tf1.placeholder(tf.float32, [])
+            with tf.control_dependencies([a.assign_add(tf.ones_like(a) * target),
+                                          b.assign_sub(tf.ones_like(b) * target * 0.3),
+                                          step.assign_add(1)]):
+                if ours:
+                    update = checkpoints.ema_update(variables, shadows, 0.9998, step)
+                else:
+                    ema = tf1.train.ExponentialMovingAverage(0.9998, num_updates=step)
+                    update = ema.apply(variables)
+                    shadows = [ema.average(v) for v in variables]
+            with tf1.Session() as session:
+                session.run(tf1.global_variables_initializer())
+                history = [session.run(shadows)]
+                for value in (0.5, -1.25, 3.0, 0.125):
+                    session.run(update, {target: value})
+                    history.append(session.run(shadows))
+            return [s.op.name for s in shadows], history
+
+    names, ours = run(True)
+    reference_names, reference = run(False)
+    assert names == reference_names == ['a/ExponentialMovingAverage', 'b/ExponentialMovingAverage']
+    np.testing.assert_array_equal(ours[0][1], [7.0, -3.0, 0.5])  # The warm-started value.
+    for got, expected in zip(ours, reference):
+        for got_value, expected_value in zip(got, expected):
+            np.testing.assert_array_equal(got_value, expected_value)
+    assert not np.array_equal(ours[0][0], ours[-1][0])  # The shadows did move.

@@ -87,11 +87,11 @@ def test_skip_bad_records_trains_past_them_and_reports_where(tiny_dataset, tmp_p
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 130 MB tmpfs: room for the tiny model's first checkpoint (52 MB), its graph and
-    events (46 MB), not for a second checkpoint."""
+    """A 95 MB tmpfs: room for the tiny model's first checkpoint (52 MB) and its events file
+    (which holds the graph), not for a second checkpoint."""
     mount_point = tmp_path / 'small_disk'
     mount_point.mkdir()
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=130m', 'tmpfs', str(mount_point)],
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=95m', 'tmpfs', str(mount_point)],
                    check=True)
     try:
         yield mount_point

@@ -7,7 +7,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import anchors
 import hparams_config
@@ -16,18 +15,16 @@ from modeling import postprocess
 from serving import detector
 from serving import model_spec
 from serving import tflite_runner
-from conftest import TINY_HPARAMS, run_main, run_python, tiny_flags
+from conftest import TINY_HPARAMS, run_python, val_images, write_jpegs
 
 CATEGORY_IDS = {3, 17, 42, 90}  # The synthetic data's label map.
 
 
 @pytest.fixture(scope='module')
-def exported(tiny_dataset, tmp_path_factory):
-    """Two training steps of the tiny model, exported in every format (int8 calibrated on
-    the training TFRecords flags.json names: the default)."""
-    model_dir = str(tmp_path_factory.mktemp('tflite_run'))
-    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1'))
-    assert result.returncode == 0, result.stdout[-5000:]
+def exported(tiny_trained_run, tmp_path_factory):
+    """Two training steps of the tiny model, exported in every TFLite format (int8
+    calibrated on the training TFRecords flags.json names: the default)."""
+    model_dir = tiny_trained_run
     export_dir = str(tmp_path_factory.mktemp('tflite_export') / 'export')
     result = run_python(['inference.py', 'export', '--model_dir=%s' % model_dir,
                          '--export_dir=%s' % export_dir, '--calibration_count=4',
@@ -35,16 +32,6 @@ def exported(tiny_dataset, tmp_path_factory):
     assert result.returncode == 0, result.stdout[-5000:]
     assert 'calibrating int8 on 4 images' in result.stdout
     return {'model_dir': model_dir, 'export_dir': export_dir}
-
-
-def _val_images(pattern, count=4):
-    """uint8 [H, W, 3] pixels of the first `count` validation images."""
-    images = []
-    for path in sorted(tf.io.gfile.glob(pattern)):
-        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
-            encoded = tf.train.Example.FromString(raw).features.feature['image/encoded']
-            images.append(tf.io.decode_jpeg(encoded.bytes_list.value[0], channels=3).numpy())
-    return images[:count]
 
 
 def _raw_outputs(predictor, image):
@@ -68,7 +55,7 @@ def test_tflite_network_matches_the_frozen_graph(exported, tiny_dataset):
     predictors = {fmt: tflite_runner.TFLitePredictor(os.path.join(export_dir, name))
                   for fmt, name in (('fp32', 'model_fp32.tflite'), ('fp16', 'model_fp16.tflite'),
                                     ('int8', 'model_int8.tflite'))}
-    for image in _val_images(tiny_dataset['val_pattern']):
+    for image in val_images(tiny_dataset['val_pattern']):
         expected = graph.predict(image[None], ('class_logits', 'box_codes'))
         logits, codes = _raw_outputs(predictors['fp32'], image)
         np.testing.assert_allclose(logits, expected['class_logits'], atol=1e-4, rtol=1e-4)
@@ -134,10 +121,7 @@ def test_finish_detections_scales_clips_and_maps_categories():
 
 
 def test_predict_tflite_writes_detections_json(exported, tiny_dataset, tmp_path):
-    images = tmp_path / 'images'
-    images.mkdir()
-    for index, image in enumerate(_val_images(tiny_dataset['val_pattern'], 2)):
-        (images / ('%06d.jpg' % (index + 1))).write_bytes(tf.io.encode_jpeg(image).numpy())
+    images = write_jpegs(val_images(tiny_dataset['val_pattern'], 2), tmp_path / 'images')
     output_dir = tmp_path / 'out'
     result = run_python(['inference.py', 'predict', '--tflite=%s'
                          % os.path.join(exported['export_dir'], 'model_int8.tflite'),

@@ -1,5 +1,6 @@
 """main.py end to end on a tiny real dataset: train, checkpoint, COCO eval, resume, warm start,
 NaN stop and the user-error messages. Each run is a real subprocess, as a user runs it."""
+import glob
 import json
 import os
 
@@ -47,6 +48,12 @@ def test_train_and_eval_writes_checkpoint_metrics_and_logs(trained):
     assert best['step'] == 2 and tf.train.latest_checkpoint(os.path.join(model_dir, 'best'))
     assert os.path.exists(os.path.join(model_dir, 'config.yaml'))
     assert os.path.getsize(os.path.join(model_dir, 'memory.csv')) > 0
+    # TensorBoard: the loss terms written once, at the first step (every 100 steps after),
+    # by training/hooks.SummaryHook alone (not also by Estimator's own summary hook).
+    loss_steps = [event.step for path in glob.glob(os.path.join(model_dir, 'events.out.*'))
+                  for event in tf.compat.v1.train.summary_iterator(path)
+                  for value in event.summary.value if value.tag == 'train/loss']
+    assert loss_steps == [0], loss_steps
 
 
 def test_resume_continues_the_step_counter(trained, tiny_dataset, tmp_path):
@@ -59,9 +66,18 @@ def test_resume_continues_the_step_counter(trained, tiny_dataset, tmp_path):
             with open(path, 'rb') as src, open(os.path.join(resumed, name), 'wb') as dst:
                 dst.write(src.read())
     copied = len(_records(resumed, 'train'))
-    result = run_main(tiny_flags(tiny_dataset, resumed, '--mode=train', '--num_epochs=2'))
+    # By default no graph.pbtxt or .meta graph (~10 s of D0's start-up); the run resumes
+    # without them, and --save_graph_def writes them as a plain Estimator does.
+    assert not [name for name in os.listdir(model_dir)
+                if name == 'graph.pbtxt' or name.endswith('.meta')]
+    assert 'no graph.pbtxt or .meta graph files in model_dir' in trained[1]
+    result = run_main(tiny_flags(tiny_dataset, resumed, '--mode=train', '--num_epochs=2',
+                                 '--save_graph_def'))
     assert result.returncode == 0, result.stdout[-5000:]
     assert tf.train.latest_checkpoint(resumed).endswith('-4')
+    assert os.path.isfile(os.path.join(resumed, 'graph.pbtxt'))
+    assert os.path.isfile(os.path.join(resumed, 'model.ckpt-4.meta'))
+    assert 'no graph.pbtxt' not in result.stdout
     assert 'resuming from %s/model.ckpt-2 (step 2)' % resumed in result.stdout
     new_steps = [r['step'] for r in _records(resumed, 'train')][copied:]
     assert new_steps and min(new_steps) > 2 and new_steps[-1] == 4, new_steps

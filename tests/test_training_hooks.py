@@ -45,3 +45,31 @@ def test_interval_steps_only_when_the_call_stops_later(tmp_path):
     _train_with_log_hook(tmp_path, steps=5, every_n=2, stop_step=100)
     steps = [r['step'] for r in run_log.read_json_log(str(tmp_path))]
     assert steps == [2, 4]
+
+
+def test_summary_hook_fetches_the_same_every_step_and_writes_every_n(tmp_path):
+    """SummaryHook asks for the same fetches at every step (one graph optimisation in the
+    session, where Estimator's SummarySaverHook alternated two) and writes the summaries at
+    the first step and every n steps after, with a SessionLog START first."""
+    with tf.Graph().as_default():
+        global_step = tf1.train.get_or_create_global_step()
+        tf1.summary.scalar('train/value', tf.cast(global_step, tf.float32) * 2.0)
+        increment, nothing = tf1.assign_add(global_step, 1), tf.no_op()
+        hook = hooks.SummaryHook(str(tmp_path), every_n_steps=3)
+        fetches = []
+
+        def step(step_context):
+            step_context.run_with_hooks(nothing)
+            fetches.append(hook.before_run(None).fetches)
+            step_context.session.run(increment)
+        with tf1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(8):
+                session.run_step_fn(step)
+    assert all(f == fetches[0] for f in fetches) and set(fetches[0]) == {'step', 'summary'}
+    (events_file,) = tmp_path.glob('events.out.tfevents.*')
+    events = list(tf1.train.summary_iterator(str(events_file)))
+    assert [e.session_log.status for e in events if e.HasField('session_log')] == [
+        tf1.SessionLog.START]
+    written = [(e.step, v.simple_value) for e in events if e.HasField('summary')
+               for v in e.summary.value if v.tag == 'train/value']
+    assert written == [(0, 0.0), (3, 6.0), (6, 12.0)]

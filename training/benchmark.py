@@ -21,12 +21,15 @@ class StepTimerHook(tf1.train.SessionRunHook):
 
     def __init__(self):
         self.durations = []
+        self.first_step_done_sec = None  # Process age when the first step ended.
 
     def before_run(self, run_context):
         self._start = time.perf_counter()
 
     def after_run(self, run_context, run_values):
         self.durations.append(time.perf_counter() - self._start)
+        if self.first_step_done_sec is None:
+            self.first_step_done_sec = run_log.process_age_sec()
 
 
 def benchmark_summary(durations, warmup_steps, per_rank_batch, world):
@@ -58,6 +61,7 @@ def run_benchmark(run):
     summary.update(mode='train', model_name=run.config.name, image_size=run.config.image_size,
                    use_fake_data=options.use_fake_data, compute_dtype=run.params['compute_dtype'],
                    wall_time_sec=time.time() - start, peak_host_memory_mb=peak,
+                   startup_sec=timer.first_step_done_sec, first_step_sec=timer.durations[0],
                    rank=distributed.rank())
     print('BENCHMARK ' + json.dumps(summary, sort_keys=True), flush=True)
     if distributed.is_main():

@@ -84,6 +84,40 @@ class TrainLogHook(tf1.train.SessionRunHook):
                 tag='train/images_per_sec', simple_value=record['images_per_sec'])]), step)
 
 
+class SummaryHook(tf1.train.SessionRunHook):
+    """The graph's TensorBoard summaries at the first step and every n steps after, written as
+    Estimator's SummarySaverHook writes them, but fetched at every step. That hook fetches
+    them only on the steps it writes, so the first step and the next asked for different
+    fetches and the session optimised the training graph twice (D0: ~16 s more at start)."""
+
+    def __init__(self, log_dir, every_n_steps):
+        self._log_dir, self._every_n = log_dir, max(1, every_n_steps)
+
+    def begin(self):
+        summary = tf1.summary.merge_all()
+        self._fetches = {'step': tf1.train.get_global_step()}
+        if summary is not None:
+            self._fetches['summary'] = summary
+        self._writer = tf1.summary.FileWriterCache.get(self._log_dir)
+        self._written_step = None
+
+    def before_run(self, run_context):
+        return tf1.train.SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results['step'])
+        if self._written_step is None:
+            self._writer.add_session_log(tf1.SessionLog(status=tf1.SessionLog.START), step)
+        elif step < self._written_step + self._every_n:
+            return
+        if 'summary' in run_values.results:
+            self._writer.add_summary(run_values.results['summary'], step)
+        self._written_step = step
+
+    def end(self, session):
+        self._writer.flush()
+
+
 class ProfilerWindowHook(tf1.train.SessionRunHook):
     """Traces this process's training steps START..END (1-based, inclusive) with the TensorFlow
     profiler into logdir, readable in TensorBoard's profile tab."""
@@ -153,6 +187,8 @@ def make_training_hooks(options, total_steps, stop_step):
     hooks = [FiniteGuardHook(), TrainLogHook(
         log_dir, options.train_batch_size * distributed.size(), max(total_steps, stop_step),
         options.log_every_n_steps, write_files=log_dir is not None, stop_step=stop_step)]
+    if log_dir is not None:
+        hooks.append(SummaryHook(log_dir, options.iterations_per_loop))
     if options.profile_steps and distributed.is_main():
         start, end = parse_profile_steps(options.profile_steps)
         hooks.append(ProfilerWindowHook(start, end, os.path.join(options.model_dir, 'profile')))

@@ -27,6 +27,7 @@ class RunOptions:
     log_every_n_steps: int
     cp_every_n_steps: int
     keep_checkpoint_max: int
+    save_graph_def: bool
     min_eval_interval: int
     eval_timeout: int
     eval_after_training: bool

@@ -44,6 +44,18 @@ def host_memory_mb():
     return current, peak
 
 
+def process_age_sec():
+    """Seconds since this process started (Linux /proc), or None where that is unknown."""
+    try:
+        with open('/proc/self/stat') as f:
+            start_ticks = int(f.read().rsplit(')', 1)[1].split()[19])
+        with open('/proc/uptime') as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - start_ticks / os.sysconf('SC_CLK_TCK')
+
+
 def device_memory_mb():
     """Peak device memory where the device reports it (GPU/HPU), else None."""
     for device in tf.config.list_logical_devices():

@@ -215,7 +215,8 @@ def _build_estimator(options, params, device):
         model_dir=model_dir, tf_random_seed=params['seed'],
         save_checkpoints_steps=options.cp_every_n_steps if main else None,
         save_checkpoints_secs=None, keep_checkpoint_max=options.keep_checkpoint_max,
-        save_summary_steps=options.iterations_per_loop if log_dir else None,
+        checkpoint_save_graph_def=options.save_graph_def,
+        save_summary_steps=None,  # training/hooks.SummaryHook writes them.
         log_step_count_steps=None, session_config=session_config(device, options.use_xla))
     return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
 
@@ -276,6 +277,10 @@ def prepare(options, config, explicit_keys):
                   sync_batch_norm=bool(config.sync_batch_norm and world > 1))
     logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
                              steps_per_epoch, params))
+    if options.mode != 'eval' and not options.save_graph_def and distributed.is_main():
+        # automl's and Habana's model_dirs have them (a plain Estimator writes them; D0: ~10 s).
+        logging.info('no graph.pbtxt or .meta graph files in model_dir (--save_graph_def '
+                     'writes them)')
     return Run(options, config, params, _build_estimator(options, params, device), label_map,
                steps_per_epoch, total_steps, *_skip_lists(options, config))
 

@@ -1,0 +1,187 @@
+"""ONNX export, prediction and benchmark on the tiny trained model: the ONNX network gives the
+frozen TF graph's outputs, the predictor (network in onnxruntime, the export's TFLite
+post-processing) the SavedModel's detections, in the library and through predict --onnx;
+bench --formats=onnx_fp32 prints its line; bad inputs are one line and exit 2."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from benchmarks import report
+from serving import detector
+from serving import model_spec
+from serving import onnx_runner
+from serving import tflite_export
+from serving import tflite_runner
+from conftest import TINY_HPARAMS, run_python, val_images, write_jpegs
+
+ONNX_FILE = 'model_fp32.onnx'
+
+
+@pytest.fixture(scope='module')
+def exported(tiny_trained_run, tmp_path_factory):
+    """The tiny model exported as SavedModel and ONNX into one directory, and the ONNX
+    predictor of it (shared: building a session and the preprocessing takes seconds)."""
+    export_dir = str(tmp_path_factory.mktemp('onnx_export') / 'export')
+    result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
+                         '--export_dir=%s' % export_dir, '--formats=saved_model,onnx_fp32'])
+    assert result.returncode == 0, result.stdout[-5000:]
+    onnx_path = os.path.join(export_dir, ONNX_FILE)
+    assert 'exported %s' % onnx_path in result.stdout
+    predictor = onnx_runner.ONNXPredictor(onnx_path)
+    yield {'model_dir': tiny_trained_run, 'export_dir': export_dir, 'onnx': onnx_path,
+           'predictor': predictor}
+    predictor.close()
+
+
+def test_export_writes_the_network_file_and_its_metadata(exported):
+    names = sorted(os.listdir(exported['export_dir']))
+    for name in (ONNX_FILE, tflite_export.POSTPROCESS_FILE, tflite_runner.METADATA_FILE,
+                 'saved_model.pb'):
+        assert name in names
+    assert not [name for name in names if '.tmp-' in name]  # Written atomically.
+    with open(os.path.join(exported['export_dir'], tflite_runner.METADATA_FILE)) as f:
+        entry = json.load(f)['files'][ONNX_FILE]
+    assert entry['format'] == 'onnx_fp32' and entry['converter'] == 'tf2onnx, opset 17'
+    assert entry['postprocess'] == tflite_export.POSTPROCESS_FILE
+    assert entry['bytes'] == os.path.getsize(exported['onnx'])
+    session = onnx_runner.make_session(exported['onnx'])
+    assert [(item.name, item.shape) for item in session.get_inputs()] == [
+        ('images', [1, 128, 128, 3])]
+    assert sorted(item.name for item in session.get_outputs()) == [
+        tflite_runner.CODES, tflite_runner.LOGITS]
+
+
+def test_onnx_network_equals_the_frozen_graph(exported, tiny_dataset):
+    """Raw outputs on real images, against the SavedModel's frozen graph in a session."""
+    graph = detector.GraphPredictor(model_spec.load_model_spec(exported['model_dir']),
+                                    batch_size=1)
+    predictor = exported['predictor']
+    for image in val_images(tiny_dataset['val_pattern']):
+        expected = graph.predict(image[None], ('class_logits', 'box_codes'))
+        network_image = predictor._preprocess(image)[0]  # pylint: disable=protected-access
+        outputs = predictor.network_outputs(network_image)
+        for name in (tflite_runner.LOGITS, tflite_runner.CODES):
+            np.testing.assert_allclose(outputs[name], expected[name], rtol=1e-5, atol=1e-5)
+    graph.close()
+
+
+def _identical_rows(boxes, scores, classes, expected, box_atol=1e-3):
+    """How many leading rows of one image's detections equal `expected` (the same three
+    arrays of the SavedModel): boxes within box_atol, scores rtol 1e-5, same classes. Where
+    they first differ the two rows must score the same: two anchors tied in score, the
+    network's round-off picked the other one, and the soft-NMS goes on from a different box.
+    (Scores of the two-step model are all near the 0.01 prior: such ties happen.)"""
+    want_boxes, want_scores, want_classes = (np.asarray(values) for values in expected)
+    assert len(boxes) == len(want_boxes) > 0
+    same = ((np.abs(np.asarray(boxes) - want_boxes).max(axis=1) <= box_atol)
+            & np.isclose(scores, want_scores, rtol=1e-5, atol=2e-6)
+            & (np.asarray(classes) == want_classes))
+    identical = len(same) if same.all() else int(np.argmin(same))
+    if identical < len(same):
+        assert scores[identical] == pytest.approx(want_scores[identical], rel=1e-5, abs=2e-6)
+    return identical
+
+
+def _rows_of(outputs):
+    count = int(outputs['num_detections'][0])
+    return [outputs[key][0][:count] for key in ('detection_boxes', 'detection_scores',
+                                                'detection_classes')]
+
+
+def test_onnx_detections_equal_the_saved_model(exported, tiny_dataset):
+    """Same count on every image; rows equal up to a tie, most images equal throughout."""
+    saved_model = detector.SavedModelPredictor(exported['export_dir'])
+    images = val_images(tiny_dataset['val_pattern'])
+    identical = []
+    for image in images:
+        expected = saved_model.predict(image[None])
+        outputs = exported['predictor'].predict(image[None])
+        assert outputs['num_detections'].tolist() == expected['num_detections'].tolist()
+        identical.append(_identical_rows(*_rows_of(outputs), _rows_of(expected)))
+    counts = [int(saved_model.predict(image[None])['num_detections'][0]) for image in images]
+    assert sum(n == count for n, count in zip(identical, counts)) >= len(images) // 2, identical
+
+
+def _predict_rows(model_flag, images, output_dir):
+    result = run_python(['inference.py', 'predict', model_flag, '--input=%s' % images,
+                         '--output_dir=%s' % output_dir, '--min_score=0'])
+    assert result.returncode == 0, result.stdout[-5000:]
+    with open(output_dir / 'detections.json') as f:
+        return json.load(f)
+
+
+def _json_rows_of(rows, image_id):
+    """detections.json rows of one image as boxes [n, 4] (x, y, w, h), scores, classes."""
+    rows = [row for row in rows if row['image_id'] == image_id]
+    return ([row['bbox'] for row in rows], np.array([row['score'] for row in rows]),
+            [row['category_id'] for row in rows])
+
+
+def test_predict_onnx_writes_what_the_saved_model_writes(exported, tiny_dataset, tmp_path):
+    images = write_jpegs(val_images(tiny_dataset['val_pattern'], 2), tmp_path / 'images')
+    onnx_rows = _predict_rows('--onnx=%s' % exported['onnx'], images, tmp_path / 'onnx')
+    expected = _predict_rows('--saved_model=%s' % exported['export_dir'], images,
+                             tmp_path / 'saved_model')
+    assert sorted(os.listdir(tmp_path / 'onnx')) == ['000001.jpg', '000002.jpg',
+                                                    'detections.json']
+    assert len(onnx_rows) == len(expected) > 0
+    assert {row['category_name'] for row in onnx_rows} == {
+        row['category_name'] for row in expected}
+    for image_id in (1, 2):  # bbox is rounded to 0.01 px.
+        _identical_rows(*_json_rows_of(onnx_rows, image_id), _json_rows_of(expected, image_id),
+                        box_atol=0.011)
+
+
+def test_bench_prints_an_onnx_line():
+    result = run_python(['bench.py', 'infer', '--random_weights', '--source=random',
+                         '--batch_sizes=1', '--steps=2', '--warmup=1', '--hparams=%s'
+                         % TINY_HPARAMS, '--formats=onnx_fp32'], timeout=900)
+    assert result.returncode == 0, result.stdout[-5000:]
+    (line,) = report.parse_result_lines(result.stdout)
+    assert line['format'] == 'onnx_fp32' and line['batch_size'] == 1
+    assert line['images_per_sec'] > 0
+
+
+def _assert_one_error_line(result, needle):
+    assert result.returncode == 2, result.stdout[-3000:]
+    errors = [line for line in result.stdout.splitlines() if 'error:' in line]
+    assert len(errors) == 1 and errors[0].startswith(needle), result.stdout[-3000:]
+    assert 'Traceback' not in result.stdout
+
+
+@pytest.mark.parametrize('args, needle', [
+    (['inference.py', 'predict', '--onnx=/nonexistent/model_fp32.onnx', '--input=/tmp',
+      '--output_dir=/tmp/x'], 'inference.py: error: --onnx=/nonexistent/model_fp32.onnx '
+     'does not exist; create it with `python inference.py export --formats=onnx_fp32`'),
+    (['inference.py', 'export', '--model_dir=/nonexistent', '--export_dir=/tmp/x',
+      '--formats=saved_model,onnx_fp16'],
+     'inference.py: error: --formats=saved_model,onnx_fp16: unknown format onnx_fp16'),
+    (['bench.py', 'infer', '--random_weights', '--formats=onnx'],
+     'bench.py: error: --formats=onnx: unknown format onnx; choose from'),
+])
+def test_bad_inputs_are_one_line_and_exit_2(args, needle):
+    _assert_one_error_line(run_python(args), needle)
+
+
+def test_onnx_file_without_metadata_is_one_line(tmp_path):
+    (tmp_path / ONNX_FILE).write_bytes(b'')
+    result = run_python(['inference.py', 'predict', '--onnx=%s' % (tmp_path / ONNX_FILE),
+                         '--input=/tmp', '--output_dir=%s' % (tmp_path / 'out')])
+    _assert_one_error_line(result, 'inference.py: error: %s does not exist: %s of `python '
+                           'inference.py export --formats=onnx_fp32` needs the tflite.json'
+                           % (tmp_path / tflite_runner.METADATA_FILE, ONNX_FILE))
+
+
+def test_missing_onnxruntime_names_the_pip_command(exported, tmp_path):
+    """An onnxruntime that fails to import (shadowed by a package raising ImportError)."""
+    shadow = tmp_path / 'shadow' / 'onnxruntime'
+    shadow.mkdir(parents=True)
+    (shadow / '__init__.py').write_text("raise ImportError('no onnxruntime here')\n")
+    result = run_python(['inference.py', 'predict', '--onnx=%s' % exported['onnx'],
+                         '--input=/tmp', '--output_dir=%s' % (tmp_path / 'out')],
+                        env={'PYTHONPATH': str(tmp_path / 'shadow')})
+    _assert_one_error_line(result, 'inference.py: error: running an ONNX export needs the '
+                           'onnxruntime package')
+    assert 'pip install onnxruntime==1.20.1' in result.stdout

@@ -3,8 +3,9 @@ markdown report.
 
 EfficientDet-D0 at 512 px: training on fake data at global batch 2 and 4; inference with
 random weights at batch 1, 2, 4, 8 with in-graph post-processing, plus host and no
-post-processing at batch 1; each export format at batch 1 (SavedModel, TFLite, ONNX); the input pipeline at batch 4 over a few hundred real JPEG
-TFRecords generated into a temporary directory (dataset.synthetic_coco + the converter).
+post-processing at batch 1; each export format at batch 1 (SavedModel, TFLite, ONNX); the
+input pipeline at batch 4 over a few hundred real JPEG TFRecords generated into a temporary
+directory (dataset.synthetic_coco + the converter).
 Each measurement is a `bench.py` subprocess whose exact command is listed in the report.
 """
 import datetime

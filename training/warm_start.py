@@ -22,7 +22,7 @@ tf1 = tf.compat.v1
 BACKBONE_PREFIX = 'efficientnet-'
 CLASS_PREDICT_MARK = 'class_net/class-predict'
 BOX_PREDICT_BIAS = 'box_net/box-predict/bias'
-_EMA_SUFFIX = '/ExponentialMovingAverage'
+_EMA_SUFFIX = '/' + checkpoints.EMA_NAME
 
 
 class CheckpointMismatchError(checkpoints.CheckpointError):

@@ -8,13 +8,17 @@ DATA_DIR ?= data/synthetic
 # single-threaded graph build in a subprocess, so two workers use both cores of a 2-core box.
 TEST_WORKERS ?= 2
 
-.PHONY: venv test demo bench clean-demo
+.PHONY: venv test test-fast demo bench clean-demo
 
 venv:
 	@bash tools/setup_env.sh
 
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+
+# ~2 min on 2 cores: the suite minus `slow` tests (TensorFlow/mpirun processes, training, full-size nets).
+test-fast: venv
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 demo: venv
 	@DEMO_DIR=$(DEMO_DIR) DATA_DIR=$(DATA_DIR) bash tools/demo.sh

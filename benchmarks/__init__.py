@@ -1,3 +1,2 @@
-"""Benchmarks and profiling behind `bench.py`: the training benchmark, inference latency,
-the input pipeline alone, the suite that writes docs/benchmarks-*.md, report tables, and the
-profiler-trace summary (`python -m benchmarks.profile_summary`)."""
+"""Only the command spelling `python -m benchmarks.profile_summary` (the benchmark code is
+efficientdet_hpu.benchmarks, its commands `python bench.py ...`)."""

@@ -1,27 +1,5 @@
-"""What the launcher (demo_efficientdet.py) needs besides starting processes: its command line
-(launcher_flags), which boxes run how many ranks (hosts), how ranks sit on a box's cores
-(placement), the network the boxes share (network), the MPI environment both ways (mpi_env),
-and the HCL config file the Gaudi collective library reads (hcl_config)."""
+"""`import hccl_config` gives efficientdet_hpu.launch
+(a name its users import, kept at the root: efficientdet_hpu/core/compat.py)."""
+from efficientdet_hpu.core.compat import alias
 
-from runtime.atomic_file import write_text_atomically
-from hccl_config.hcl_config import (DEFAULT_HCL_PORT, DEFAULT_HLS_TYPE, HLS_CARDS,
-                                    build_hcl_config, check_hls_type, config_json, config_path,
-                                    read_config)
-from hccl_config.hosts import (ClusterConfigError, Host, format_hostfile, hosts_from_ip_list,
-                               is_valid_address, parse_hostfile, parse_port, rank_hosts,
-                               read_hostfile)
-from hccl_config.launcher_flags import (LaunchError, LauncherArgs, forwarded_boolean,
-                                        model_dir_from, parse_launcher_argv)
-from hccl_config.mpi_env import RankEnv, exported_names, prefix_flags, rank_env
-from hccl_config.network import deduce_tcp_include, tcp_include_flags
-from hccl_config.placement import count_physical_cores, map_by_from_env, placement_flags
-
-__all__ = [
-    "ClusterConfigError", "DEFAULT_HCL_PORT", "DEFAULT_HLS_TYPE", "HLS_CARDS", "Host",
-    "LaunchError", "LauncherArgs", "RankEnv", "build_hcl_config", "check_hls_type",
-    "config_json", "config_path", "count_physical_cores", "deduce_tcp_include",
-    "exported_names", "format_hostfile", "forwarded_boolean", "hosts_from_ip_list",
-    "is_valid_address", "map_by_from_env", "model_dir_from", "parse_hostfile",
-    "parse_launcher_argv", "parse_port", "placement_flags", "prefix_flags", "rank_env",
-    "rank_hosts", "read_config", "read_hostfile", "tcp_include_flags", "write_text_atomically",
-]
+alias(__name__, 'efficientdet_hpu.launch')

@@ -1,47 +1,62 @@
-"""Shared fixtures: a tiny real dataset (JPEGs -> TFRecords) and a way to run main.py.
+"""Fixtures and hooks only; plain helpers are in cli_runs.py, tfrecord_fixtures.py and
+session_cache.py.
 
-Built once per test session: generating and converting takes a few seconds, and every
-training, evaluation, export and launcher test reads the same files.
+The tiny real dataset (JPEGs -> TFRecords) and the shared tiny training runs are built once per
+test session, however many xdist workers read them (session_cache.py), and are read only: a
+test that changes one copies it first.
+
+`slow` marks a test that starts, itself or through a fixture, a Python process that imports
+TensorFlow (main.py, inference.py, bench.py, the dataset tools, ...: ~5 s of start-up here even
+when the command stops at a user error, minutes when it trains, evaluates or exports) or
+mpirun; and a test that trains in-process or builds a full-size network (D1-D7x, B1-B7, the
+automl D0 checkpoint). Building tiny_dataset (two converter processes, once per session) does
+not make its tests slow. `make test-fast` runs the rest (`-m "not slow"`) in about 2 minutes
+on 2 cores.
 """
-import os
-import subprocess
-import sys
+import concurrent.futures
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import session_cache
+from cli_runs import run_main, run_python, tiny_flags
 
-# A model small enough to build and step in seconds on 2 cores, same code paths as D0.
-TINY_HPARAMS = ('image_size=128,min_level=3,max_level=5,fpn_num_filters=16,'
-                'fpn_cell_repeats=1,box_class_repeats=1,jitter_min=0.9,jitter_max=1.1')
-
-
-def run_python(args, timeout=600, env=None, cwd=REPO):
-    """Runs `python args...` with the test interpreter; returns CompletedProcess (text)."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
-    full_env.update(env or {})
-    return subprocess.run([sys.executable] + list(args), cwd=cwd, env=full_env, timeout=timeout,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+# Fixtures that start slow processes: the training runs here, test_training.py's own
+# train_and_eval run, test_runtime.py's mpirun probe, test_verify_tfrecords.py's CLI run. A
+# test using one, directly or through another fixture (an export of a run), is marked slow; a
+# test that starts such a process itself carries @pytest.mark.slow.
+SLOW_FIXTURES = frozenset({'tiny_trained_run', 'profiled_run', 'train_and_eval_run',
+                           'two_ranks', 'faulty_run'})
 
 
-def run_main(flags, timeout=600, env=None):
-    return run_python(['main.py'] + list(flags), timeout=timeout, env=env)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, 'fixturenames', ())):
+            item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(scope='session')
-def tiny_dataset(tmp_path_factory):
-    """Synthetic COCO-format data converted to TFRecords: 16 train and 8 val images."""
-    from dataset import synthetic_coco
-    root = tmp_path_factory.mktemp('tiny_dataset')
+def _shared_read_only(tmp_path_factory, name, build):
+    """Yields build's value (built once per session) and checks at the end of the session
+    that no test wrote into the directory."""
+    _, value = session_cache.build_once(tmp_path_factory, name, build)
+    yield value
+    session_cache.assert_unchanged(tmp_path_factory, name)
+
+
+def _build_tiny_dataset(root):
+    from efficientdet_hpu.datatools import synthetic_coco  # pylint: disable=import-outside-toplevel
     synthetic_coco.generate(str(root), num_train=16, num_val=8, seed=7)
     records = root / 'tfrecords'
-    for split, shards in (('train', 2), ('val', 1)):
-        result = run_python([
+
+    def convert(split, shards):
+        return run_python([
             '-m', 'dataset.create_coco_tfrecord', '--image_dir=%s' % (root / split),
             '--object_annotations_file=%s' % (root / 'annotations' / ('instances_%s.json' % split)),
             '--output_file_prefix=%s' % (records / split), '--num_shards=%d' % shards,
             '--num_threads=2'], timeout=300)
-        assert result.returncode == 0, result.stdout
+    # The two splits at once: each process spends most of its ~5 s importing TensorFlow.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for result in pool.map(convert, ('train', 'val'), (2, 1)):
+            assert result.returncode == 0, result.stdout
     return {
         'root': str(root),
         'train_pattern': str(records / 'train-*.tfrecord'),
@@ -51,52 +66,31 @@ def tiny_dataset(tmp_path_factory):
     }
 
 
-def tiny_flags(dataset, model_dir, *extra, hparams=TINY_HPARAMS):
-    """main.py flags of a 2-step-per-epoch tiny run on `dataset`."""
-    return ['--model_dir=%s' % model_dir, '--hparams=%s' % hparams,
-            '--training_file_pattern=%s' % dataset['train_pattern'],
-            '--validation_file_pattern=%s' % dataset['val_pattern'],
-            '--val_json_file=%s' % dataset['val_json'],
-            '--train_batch_size=2', '--eval_batch_size=2', '--num_examples_per_epoch=4',
-            '--log_every_n_steps=1', '--cp_every_n_steps=100'] + list(extra)
+@pytest.fixture(scope='session')
+def tiny_dataset(tmp_path_factory):
+    """Synthetic COCO-format data converted to TFRecords: 16 train and 8 val images."""
+    yield from _shared_read_only(tmp_path_factory, 'tiny_dataset', _build_tiny_dataset)
 
 
 @pytest.fixture(scope='session')
 def tiny_trained_run(tiny_dataset, tmp_path_factory):
-    """model_dir of two training steps of the tiny model (read only: the TFLite and ONNX
-    export tests export it into directories of their own)."""
-    model_dir = str(tmp_path_factory.mktemp('tiny_trained_run'))
-    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1'))
-    assert result.returncode == 0, result.stdout[-5000:]
-    return model_dir
-
-
-def val_images(pattern, count=4):
-    """uint8 [H, W, 3] pixels of the first `count` images of the TFRecords matching pattern."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    images = []
-    for path in sorted(tf.io.gfile.glob(pattern)):
-        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
-            encoded = tf.train.Example.FromString(raw).features.feature['image/encoded']
-            images.append(tf.io.decode_jpeg(encoded.bytes_list.value[0], channels=3).numpy())
-    return images[:count]
-
-
-def write_jpegs(images, directory):
-    """Writes uint8 [H, W, 3] images as directory/000001.jpg, 000002.jpg, ...; returns it."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    directory.mkdir()
-    for index, image in enumerate(images):
-        (directory / ('%06d.jpg' % (index + 1))).write_bytes(tf.io.encode_jpeg(image).numpy())
-    return directory
+    """model_dir of two training steps of the tiny model (`--mode=train --num_epochs=1`, no
+    evaluation), checkpoints at steps 0 and 2. Shared by the export, prediction and evaluator
+    tests: tests that evaluate into it or change it work on a shutil.copytree copy."""
+    def build(model_dir):
+        result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1'))
+        assert result.returncode == 0, result.stdout[-5000:]
+        return str(model_dir)
+    yield from _shared_read_only(tmp_path_factory, 'tiny_trained_run', build)
 
 
 @pytest.fixture(scope='session')
 def profiled_run(tiny_dataset, tmp_path_factory):
     """model_dir of two steps of train_and_eval with the profiler on step 2 (the trace is
     under model_dir/profile); shared by the bench and profile_summary tests."""
-    model_dir = str(tmp_path_factory.mktemp('profiled_run'))
-    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
-                                 '--num_epochs=1', '--profile_steps=2,2'))
-    assert result.returncode == 0, result.stdout[-5000:]
-    return model_dir
+    def build(model_dir):
+        result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
+                                     '--num_epochs=1', '--profile_steps=2,2'))
+        assert result.returncode == 0, result.stdout[-5000:]
+        return str(model_dir)
+    yield from _shared_read_only(tmp_path_factory, 'profiled_run', build)

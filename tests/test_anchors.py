@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import anchors
+from efficientdet_hpu.ops import anchors
 
 S2 = np.sqrt(2.0)
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import efficientdet_arch
-import hparams_config
-from modeling import nn_layers
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.network import efficientdet_arch
+from efficientdet_hpu.ops import nn_layers
 
 tf1 = tf.compat.v1
 

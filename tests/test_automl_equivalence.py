@@ -22,23 +22,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import anchors
-import dataloader
-import efficientdet_arch
-import hparams_config
-from dataset import record_parser
-from dataset import tfrecord_format
-from modeling import host_postprocess
-from modeling import postprocess
-from serving import detector
-from serving import export
-from serving import model_spec
-from training import checkpoints
-from training import evaluation
-from training import recipe
-from training import run_setup
-from training import warm_start
-from training.options import RunOptions
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.config import model_params
+from efficientdet_hpu.config import recipe
+from efficientdet_hpu.config.options import RunOptions
+from efficientdet_hpu.data import dataloader
+from efficientdet_hpu.data import record_parser
+from efficientdet_hpu.data import tfrecord_format
+from efficientdet_hpu.network import efficientdet_arch
+from efficientdet_hpu.ops import anchors
+from efficientdet_hpu.ops import host_postprocess
+from efficientdet_hpu.ops import postprocess
+from efficientdet_hpu.serving import detector
+from efficientdet_hpu.serving import export
+from efficientdet_hpu.serving import model_spec
+from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.training import evaluation
+from efficientdet_hpu.training import run_setup
+from efficientdet_hpu.training import warm_start
 
 tf1 = tf.compat.v1
 
@@ -50,8 +51,9 @@ SCORE_TOLERANCE = 1e-4
 BOX_TOLERANCE_PX = 0.05
 BOX_TOLERANCE_OF_SIZE = 2e-5
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED),
-                                reason='automl reference checkpoint not at %s' % SHARED)
+pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED),
+                                 reason='automl reference checkpoint not at %s' % SHARED),
+              pytest.mark.slow]  # The full-size D0 network, evaluated, warm-started, exported.
 
 
 def _load_reference():
@@ -248,7 +250,7 @@ def test_ckpt_warm_start_loads_automls_weights_class_head_included():
         _, skipped, problems = warm_start.plan_restore(
             tf.train.latest_checkpoint(SHARED), variables, allow_class_head_skip=True)
         assert skipped == [] and problems == []
-        warm_start.apply({'ckpt': SHARED})
+        warm_start.apply(model_params.RunParams(batch_size=1, ckpt=SHARED))
         logits = postprocess.flatten_levels(class_outputs, 90)[0]
         codes = postprocess.flatten_levels(box_outputs, 4)[0]
         with tf1.Session() as session:

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import nn_layers
-from backbone import efficientnet_builder as builder
-from backbone import efficientnet_model
+from efficientdet_hpu.backbone import efficientnet_builder as builder
+from efficientdet_hpu.backbone import efficientnet_model
+from efficientdet_hpu.ops import nn_layers
 
 tf1 = tf.compat.v1
 
@@ -100,7 +100,9 @@ def test_variable_names_follow_the_reference_checkpoints():
     assert 'efficientnet-b0/blocks_16/conv2d/kernel' not in names
 
 
-@pytest.mark.parametrize('model_name', sorted(PUBLISHED_CLASSIFIER_PARAMS))
+@pytest.mark.parametrize('model_name', [  # B1-B7 are full-size graphs of seconds each: slow.
+    pytest.param(name, marks=() if name == 'efficientnet-b0' else pytest.mark.slow)
+    for name in sorted(PUBLISHED_CLASSIFIER_PARAMS)])
 def test_backbone_params_match_published_classifier_without_head(model_name):
     with tf.Graph().as_default():
         _build(model_name, 32, 32)

@@ -6,16 +6,17 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-import anchors
-import hparams_config
-from benchmarks import report
-from modeling import host_postprocess
-from modeling import postprocess
-from serving import detector
-from serving import model_spec
-from conftest import TINY_HPARAMS, run_python
+from efficientdet_hpu.benchmarks import report
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.ops import anchors
+from efficientdet_hpu.ops import host_postprocess
+from efficientdet_hpu.ops import postprocess
+from efficientdet_hpu.serving import detector
+from efficientdet_hpu.serving import model_spec
+from cli_runs import TINY_HPARAMS, assert_one_line_error, run_python
 
 tf1 = tf.compat.v1
 
@@ -52,12 +53,14 @@ def test_plot_curves_renders_a_png(profiled_run, tmp_path):
     assert os.path.getsize(output) > 10000
 
 
+@pytest.mark.slow  # training.plot_curves in a process of its own (TensorFlow).
 def test_plot_curves_without_a_log_is_a_clear_error(tmp_path):
     result = run_python(['-m', 'training.plot_curves', '--model_dir=%s' % tmp_path,
                          '--output=%s' % (tmp_path / 'c.png')])
-    assert result.returncode == 2 and 'no train or eval records' in result.stdout
+    assert_one_line_error(result, 'no train or eval records')
 
 
+@pytest.mark.slow
 def test_bench_train_reports_throughput_and_memory():
     result, output = _bench(['train', '--batch_sizes=2', '--steps=2', '--warmup=2',
                              '--hparams=%s' % TINY_HPARAMS])
@@ -85,6 +88,7 @@ INFER_FIELDS = ('images_per_sec', 'latency_avg_ms', 'latency_p50_ms', 'latency_p
                 'latency_p95_ms', 'latency_p99_ms', 'peak_host_memory_mb')
 
 
+@pytest.mark.slow
 def test_bench_infer_every_postprocess_mode():
     result, output = _bench(['infer', '--random_weights', '--batch_sizes=1,2',
                              '--postprocess=graph,host,none', '--steps=2', '--warmup=1',
@@ -96,6 +100,7 @@ def test_bench_infer_every_postprocess_mode():
         assert all(row[key] > 0 for key in INFER_FIELDS) and row['steps'] == 2
 
 
+@pytest.mark.slow
 def test_bench_infer_image_sources(tiny_dataset):
     image_dir = os.path.join(tiny_dataset['root'], 'val')
     image = sorted(glob.glob(os.path.join(image_dir, '*.jpg')))[0]
@@ -105,13 +110,15 @@ def test_bench_infer_image_sources(tiny_dataset):
         assert result['rows'][0]['images_per_sec'] > 0, source
 
 
+@pytest.mark.slow  # bench.py up to its user error: TensorFlow's start-up.
 def test_bench_infer_user_errors():
     result = run_python(['bench.py', 'infer', '--batch_sizes=1', '--postprocess=gpu'])
-    assert result.returncode == 2 and 'graph, host, none' in result.stdout
+    assert_one_line_error(result, 'graph, host, none')
     result = run_python(['bench.py', 'infer', '--batch_sizes=1'])
-    assert result.returncode == 2 and '--random_weights' in result.stdout
+    assert_one_line_error(result, '--random_weights')
 
 
+@pytest.mark.slow
 def test_bench_input_measures_the_pipeline(tiny_dataset):
     result, _ = _bench(['input', '--file_pattern=%s' % tiny_dataset['train_pattern'],
                         '--batch_size=2', '--num_batches=3', '--hparams=%s' % TINY_HPARAMS])

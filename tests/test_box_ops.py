@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from modeling import box_ops
+from efficientdet_hpu.ops import box_ops
 import iou_reference
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import anchors
-import dataloader
-import hparams_config
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.data import dataloader
+from efficientdet_hpu.ops import anchors
 import tfrecord_fixtures as fixtures
-from dataset import record_parser
-from dataset import tfrecord_format as fmt
+from efficientdet_hpu.data import record_parser
+from efficientdet_hpu.data import tfrecord_format as fmt
 from tfrecord_fixtures import ImageSpec
 
 LEVELS = (3, 4, 5)
@@ -378,7 +378,7 @@ def test_converter_side_files_are_not_read_as_records(tmp_path):
 def test_decode_image_matches_the_converters_colour_handling(mode):
     # What a served PNG decodes to equals what the converter would have stored for it.
     from PIL import Image  # pylint: disable=import-outside-toplevel
-    from dataset import image_codec  # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.data import image_codec  # pylint: disable=import-outside-toplevel
     rng = np.random.default_rng(3)
     pixels = rng.integers(0, 256, [12, 9, 4], dtype=np.uint8)
     image = Image.fromarray(pixels, 'RGBA').convert(mode)

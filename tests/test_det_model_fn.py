@@ -3,12 +3,14 @@ fixed batch driving the loss down."""
 import math
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-import dataloader
-import det_model_fn
-import hparams_config
-from conftest import TINY_HPARAMS
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.config import model_params
+from efficientdet_hpu.data import dataloader
+from efficientdet_hpu.training import det_model_fn
+from cli_runs import TINY_HPARAMS
 
 tf1 = tf.compat.v1
 
@@ -37,8 +39,10 @@ def test_stepwise_schedule_by_hand():
 
 
 def test_learning_rate_scales_with_the_global_batch():
-    params = {'learning_rate': 0.08, 'lr_warmup_init': 0.008, 'lr_base_batch_size': 64,
-              'global_batch_size': 16}
+    config = hparams_config.get_efficientdet_config()
+    config.override(dict(learning_rate=0.08, lr_warmup_init=0.008, lr_base_batch_size=64))
+    params = model_params.view(model_params.to_estimator(
+        config, model_params.RunParams(batch_size=4, global_batch_size=16)))
     np.testing.assert_allclose(det_model_fn._scaled_learning_rates(params), (0.02, 0.002))
 
 
@@ -50,6 +54,7 @@ def _tiny_params():
                 total_steps=1000, compute_dtype='float32', seed=1)
 
 
+@pytest.mark.slow  # Trains: 12 steps of the tiny model in this process.
 def test_real_steps_on_a_fixed_batch_drive_the_loss_down(tiny_dataset):
     params = _tiny_params()
     with tf.Graph().as_default():
@@ -85,7 +90,8 @@ def test_predict_computes_in_float32_when_training_uses_bfloat16():
         params)) == []
     # The same network in training mode is bfloat16: the check sees it.
     assert len(_bfloat16_ops(lambda: det_model_fn._build_network(
-        {'images': tf.zeros([2, 128, 128, 3])}, params, is_training=True))) > 100
+        {'images': tf.zeros([2, 128, 128, 3])}, model_params.view(params),
+        is_training=True))) > 100
 
 
 def test_float16_overflow_skips_the_step_and_lowers_the_loss_scale():
@@ -93,12 +99,15 @@ def test_float16_overflow_skips_the_step_and_lowers_the_loss_scale():
     over float16's 65504, and 4 x 2^14 = 65536 still is; at 2^13 it fits. The two overflowing
     steps leave the weights, the step counter and the EMA alone, halve the scale and do not
     stop training; the third applies the true gradient (4), not the scaled one."""
-    from training import loss_scale
+    from efficientdet_hpu.training import loss_scale
     with tf.Graph().as_default():
         weight = tf1.get_variable('w', initializer=1.0)
         loss = tf.cast(tf.cast(weight, tf.float16) * tf.constant(4.0, tf.float16), tf.float32)
-        params = {'optimizer': 'sgd', 'momentum': 0.0, 'moving_average_decay': 0.9,
-                  'clip_gradients_norm': 0.0, 'compute_dtype': 'float16'}
+        config = hparams_config.get_efficientdet_config()
+        config.override(dict(optimizer='sgd', momentum=0.0, moving_average_decay=0.9,
+                             clip_gradients_norm=0.0))
+        params = model_params.ModelParams(
+            config, model_params.RunParams(batch_size=1, compute_dtype='float16'))
         train_op, _, keep_going = det_model_fn._train_op(loss, params, learning_rate=0.01)
         scale = [v for v in tf1.global_variables() if v.name == 'loss_scale/scale:0'][0]
         step = tf1.train.get_or_create_global_step()
@@ -116,7 +125,7 @@ def test_float16_overflow_skips_the_step_and_lowers_the_loss_scale():
 
 
 def test_float16_loss_scale_grows_after_a_run_of_finite_steps():
-    from training import loss_scale
+    from efficientdet_hpu.training import loss_scale
     with tf.Graph().as_default():
         scaler = loss_scale.DynamicLossScale(initial_scale=8.0, growth_interval=3)
         finite = tf1.placeholder(tf.bool, [])
@@ -135,7 +144,7 @@ def test_ema_shadows_and_update_equal_tensorflows_exponential_moving_average(tmp
     """training.checkpoints.ema_shadows/ema_update (built without a tf.cond per variable) give
     TensorFlow's EMA names and values bit for bit: the shadow starts at the variable's initial
     value (also when a warm start replaces it) and follows the num_updates-capped decay."""
-    from training import checkpoints
+    from efficientdet_hpu.training import checkpoints
     tf1 = tf.compat.v1
     warm = tmp_path / 'warm'
     with tf.Graph().as_default(), tf1.Session() as session:

@@ -8,7 +8,9 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from conftest import run_main, run_python, tiny_flags
+from cli_runs import run_main, run_python, tiny_flags
+
+pytestmark = pytest.mark.slow  # Real mpirun -np 2 training and evaluation.
 
 CHECKSUM_RE = re.compile(r'final weights at step (\d+): checksum (\S+)')
 

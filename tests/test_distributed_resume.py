@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 import tensorflow as tf
 
-from conftest import REPO, tiny_flags
+from cli_runs import REPO, tiny_flags
+
+pytestmark = pytest.mark.slow  # Real mpirun -np 2 training, killed and rerun.
 
 RANK_CHECKSUM_RE = re.compile(
     r'\[\d+,(\d+)\]<std(?:out|err)>:.*final weights at step (\d+): checksum (\S+)')

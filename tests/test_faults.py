@@ -15,7 +15,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, run_main, tiny_flags
+from cli_runs import REPO, assert_one_line_error, run_main, tiny_flags
+
+pytestmark = pytest.mark.slow  # Every test trains or evaluates in a main.py process.
 
 BAD_SOURCE_INDEX = 3
 
@@ -52,22 +54,17 @@ def _train(dataset, model_dir, *extra):
 def test_truncated_shard_is_named_with_the_record_and_the_check(tiny_dataset, tmp_path):
     dataset, shards, _ = _faulty_copy(tiny_dataset, tmp_path, truncate=True)
     result = _train(dataset, tmp_path / 'run')
-    assert result.returncode == 2, result.stdout[-3000:]
-    message = [line for line in result.stdout.splitlines() if 'error:' in line]
-    assert len(message) == 1 and message[0].startswith('main.py: error: TFRecord shard broken')
-    assert shards[1] in message[0] and 'truncated' in message[0] and 'at byte' in message[0]
-    assert "python -m dataset.verify_tfrecords '%s'" % dataset['train_pattern'] in message[0]
-    assert 'Traceback' not in result.stdout
+    assert_one_line_error(
+        result, shards[1], 'truncated', 'at byte',
+        "python -m dataset.verify_tfrecords '%s'" % dataset['train_pattern'],
+        starts_with='main.py: error: TFRecord shard broken')
 
 
 def test_undecodable_image_is_named_by_shard_record_and_source_id(tiny_dataset, tmp_path):
     dataset, shards, source_id = _faulty_copy(tiny_dataset, tmp_path, bad_image=True)
     result = _train(dataset, tmp_path / 'run')
-    assert result.returncode == 2, result.stdout[-3000:]
-    line = [line for line in result.stdout.splitlines() if 'error:' in line][0]
-    assert '%s record %d' % (shards[0], BAD_SOURCE_INDEX) in line
-    assert 'source_id %s' % source_id in line and 'does not decode' in line
-    assert '--skip_bad_records' in line and 'Traceback' not in result.stdout
+    assert_one_line_error(result, '%s record %d' % (shards[0], BAD_SOURCE_INDEX),
+                          'source_id %s' % source_id, 'does not decode', '--skip_bad_records')
 
 
 def test_skip_bad_records_trains_past_them_and_reports_where(tiny_dataset, tmp_path):
@@ -103,11 +100,9 @@ def test_full_disk_keeps_the_last_checkpoint_and_says_what_is_needed(tiny_datase
     model_dir = small_disk / 'run'
     result = run_main(tiny_flags(tiny_dataset, str(model_dir), '--mode=train', '--num_epochs=1',
                                  '--cp_every_n_steps=1'))
-    assert result.returncode == 2, result.stdout[-3000:]
-    line = [line for line in result.stdout.splitlines() if 'error:' in line][0]
-    assert line.startswith('main.py: error: no space left on the device writing %s' % model_dir)
-    assert 'MB free, about' in line and 'MB needed' in line and 'resumes from model.ckpt-0' in line
-    assert 'Traceback' not in result.stdout
+    assert_one_line_error(
+        result, 'MB free, about', 'MB needed', 'resumes from model.ckpt-0',
+        starts_with='main.py: error: no space left on the device writing %s' % model_dir)
     latest = tf.train.latest_checkpoint(str(model_dir))
     assert latest.endswith('model.ckpt-0')
     reader = tf.train.load_checkpoint(latest)  # Loads: the complete checkpoint is intact.
@@ -120,12 +115,12 @@ def _write_checkpoint_state(model_dir, name):
         f.write('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n' % (name, name))
 
 
-def test_evaluator_moves_on_when_its_checkpoint_was_rotated_out(tiny_dataset, tmp_path):
+def test_evaluator_moves_on_when_its_checkpoint_was_rotated_out(tiny_dataset, tiny_trained_run,
+                                                                tmp_path):
     """The training job beside it deleted the checkpoint the evaluator had picked: the
     evaluator says so, evaluates the next one and stops at --eval_timeout."""
     model_dir = str(tmp_path / 'run')
-    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1'))
-    assert result.returncode == 0, result.stdout[-3000:]
+    shutil.copytree(tiny_trained_run, model_dir)  # Steps 0 and 2; this test changes them.
     _write_checkpoint_state(model_dir, 'model.ckpt-0')  # The evaluator picks step 0 first.
     command = [sys.executable, 'main.py'] + tiny_flags(tiny_dataset, model_dir) + [
         '--mode=eval', '--min_eval_interval=1', '--eval_timeout=20']

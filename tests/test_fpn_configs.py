@@ -1,8 +1,8 @@
 """BiFPN topology data, checked against the node table worked out from the paper's Fig. 2d."""
 import pytest
 
-from modeling import fpn_configs
-from modeling.fpn_configs import FpnNode
+from efficientdet_hpu.network import fpn_configs
+from efficientdet_hpu.network.fpn_configs import FpnNode
 
 
 def test_p3_p7_table_by_hand():

@@ -16,18 +16,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-import demo_efficientdet as launcher
-from hccl_config import ClusterConfigError, is_valid_address, parse_hostfile
+from cli_runs import assert_one_line_error
+from efficientdet_hpu.cli import demo_efficientdet as launcher
+from efficientdet_hpu.launch import ClusterConfigError, is_valid_address, parse_hostfile
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "demo_efficientdet.py"
 ECHO = str(ROOT / "tests" / "fixtures" / "echo_argv.py")
 MANIFEST = ROOT / "k8s" / "mpijob-efficientdet-8card.yaml"
 MPIRUN = shutil.which("mpirun")
-needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="Open MPI (mpirun) is not installed")
+
 AWKWARD = ["--hparams=a=1,b.c=2", "--x=has space", '--y="quoted"', "--z=a;b", "--u=日本語 ü",
            "--empty=", "positional", "--flag", "separate value"]
 HEAD = ["mpirun", "--allow-run-as-root", "--tag-output", "--merge-stderr-to-stdout"]
+
+
+def needs_mpirun(test):
+    """A test of a real `mpirun -np 2` run: skipped without Open MPI, and slow (not in
+    `make test-fast`)."""
+    return pytest.mark.slow(pytest.mark.skipif(
+        MPIRUN is None, reason="Open MPI (mpirun) is not installed")(test))
 
 
 def plain_env(**extra):
@@ -365,17 +373,16 @@ def test_bad_input_exits_2_with_a_message_before_launching(tmp_path, argv, env_e
     env.update(env_extra)
     model_dir = tmp_path / "model"
     result, _ = run_launcher(["--main_script", ECHO, f"--model_dir={model_dir}", *argv], env)
-    assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr.startswith("demo_efficientdet.py: error: ")
-    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert_one_line_error(result, message, starts_with="demo_efficientdet.py: error: ")
+    assert result.stderr.count("\n") == 1, result.stderr
     assert not model_dir.exists() and rank_records(out) == {}
 
 
 def test_missing_main_script_is_a_bad_input(tmp_path):
     env, _ = echo_env(tmp_path)
     result, _ = run_launcher(["--main_script", str(tmp_path / "nope.py")], env)
-    assert result.returncode == 2 and "does not exist" in result.stderr
+    assert_one_line_error(result, "does not exist")
 
 
 def test_one_process_run_propagates_the_exit_status(tmp_path):

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import demo_efficientdet as launcher
-from hccl_config import ClusterConfigError, network
+from cli_runs import assert_one_line_error
+from efficientdet_hpu.cli import demo_efficientdet as launcher
+from efficientdet_hpu.launch import ClusterConfigError, network
 from test_launcher import (AWKWARD, ECHO, HEAD, LAUNCHER, ROOT, build, echo_env, exports,
                            needs_mpirun, plain_env, rank_records, run_launcher)
 
@@ -253,7 +254,7 @@ def test_multi_box_flags_are_accepted_by_mpirun(tmp_path):
     except ClusterConfigError:
         # A machine with no route at all: the launcher must say so; then name the network.
         result, _ = run_launcher(argv, env)
-        assert result.returncode == 2 and "MPI_TCP_INCLUDE" in result.stderr
+        assert_one_line_error(result, "MPI_TCP_INCLUDE")
         env["MPI_TCP_INCLUDE"] = "127.0.0.0/8"
     result, _ = run_launcher(argv, env)
     assert result.returncode == 0, result.stdout + result.stderr

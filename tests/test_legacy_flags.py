@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from absl import flags
 
-from runtime import cli
-from training import legacy_flags
+from efficientdet_hpu.config import legacy_flags
+from efficientdet_hpu.core import cli
 
 PROGRAM = "main.py"
 
@@ -170,7 +170,7 @@ def test_values_that_ask_for_no_tpu_are_only_ignored(args):
 
 
 def test_module_imports_no_tensorflow():
-    code = ("import sys; from training import legacy_flags; "
+    code = ("import sys; from efficientdet_hpu.config import legacy_flags; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, cwd=str(Path(__file__).parents[1]))

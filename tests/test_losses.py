@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import losses
+from efficientdet_hpu.ops import losses
 
 
 def _numpy_focal(x, t, alpha, gamma, smoothing):

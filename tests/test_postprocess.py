@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import anchors
-from modeling import host_postprocess
-from modeling import postprocess
+from efficientdet_hpu.ops import anchors
+from efficientdet_hpu.ops import host_postprocess
+from efficientdet_hpu.ops import postprocess
 
 NUM_CLASSES = 2
 _OFF = -30.0  # logit of "not this class": sigmoid ~ 1e-13, far below any threshold

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from runtime import distributed
+from efficientdet_hpu.runtime import devices, distributed, habana, ranks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 PROBE = os.path.join(REPO, 'tests', 'fixtures', 'runtime_probe.py')
@@ -31,10 +31,10 @@ def fresh_runtime(monkeypatch):
     saved_env = dict(os.environ)
     for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(distributed, '_hvd', None)
-    monkeypatch.setattr(distributed, '_init_done', False)
-    monkeypatch.setattr(distributed, '_devices', {})
-    monkeypatch.setattr(distributed, '_hpu_probe', None)
+    monkeypatch.setattr(ranks, '_hvd', None)
+    monkeypatch.setattr(ranks, '_init_done', False)
+    monkeypatch.setattr(devices, '_devices', {})
+    monkeypatch.setattr(habana, '_probe_result', None)
     yield
     os.environ.clear()
     os.environ.update(saved_env)
@@ -60,10 +60,11 @@ def test_single_process_identity():
     assert distributed.rank_log_prefix() == ''
 
 
+@pytest.mark.slow  # A Python process importing TensorFlow.
 def test_init_without_launcher_does_not_start_horovod():
-    code = ('import sys; from runtime import distributed; distributed.init(); '
+    code = ('import sys; from efficientdet_hpu.runtime import distributed, ranks; distributed.init(); '
             'distributed.init(use_horovod=None); '
-            'assert not distributed.is_distributed(); assert distributed._hvd is None; '
+            'assert not distributed.is_distributed(); assert ranks._hvd is None; '
             "assert 'horovod.tensorflow' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
@@ -79,14 +80,14 @@ def test_init_with_horovod_missing_names_the_install_step(monkeypatch):
 
 
 def test_launcher_world_size_reads_each_launcher(monkeypatch):
-    assert distributed._launcher_world_size() == 1
+    assert ranks.launcher_world_size() == 1
     monkeypatch.setenv('PMIX_RANK', '0')
     monkeypatch.setenv('SLURM_NTASKS', '3')
-    assert distributed._launcher_world_size() == 3
+    assert ranks.launcher_world_size() == 3
     monkeypatch.setenv('PMI_SIZE', '2')
-    assert distributed._launcher_world_size() == 2
+    assert ranks.launcher_world_size() == 2
     monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '4')
-    assert distributed._launcher_world_size() == 4
+    assert ranks.launcher_world_size() == 4
 
 
 def test_select_device_is_cpu_here():
@@ -170,9 +171,10 @@ def test_helpers_are_passthroughs_in_one_process():
     assert distributed.broadcast_object(payload) is payload
 
 
+@pytest.mark.slow  # A Python process importing TensorFlow.
 def test_main_rank_writes_log_file(tmp_path):
     # absl sends everything to stderr until flags are parsed, as absl.app.run() does in main.py.
-    code = ('from runtime import distributed; from absl import flags, logging; '
+    code = ('from efficientdet_hpu.runtime import distributed; from absl import flags, logging; '
             'flags.FLAGS(["main"]); '
             'logging.set_verbosity(logging.INFO); distributed.configure_logging(log_dir=%r); '
             'logging.info("probe-line")' % str(tmp_path))
@@ -241,7 +243,7 @@ def test_synchronised_batch_norm_equals_one_process_on_the_concatenated_batch(tw
     both ranks' moving averages move to the same values."""
     sys.path.insert(0, os.path.dirname(PROBE))
     import runtime_probe  # pylint: disable=import-outside-toplevel
-    from modeling import nn_layers  # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.ops import nn_layers  # pylint: disable=import-outside-toplevel
     results, _ = two_ranks
     batches = [runtime_probe.bn_batch(rank) for rank in (0, 1)]
     together = np.concatenate(batches)

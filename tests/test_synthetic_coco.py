@@ -6,7 +6,7 @@ import numpy as np
 from PIL import Image
 from pycocotools.coco import COCO
 
-from dataset import synthetic_coco
+from efficientdet_hpu.datatools import synthetic_coco
 
 
 def _all_files(root):

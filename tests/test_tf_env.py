@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # Each test starts a Python process that imports TensorFlow.
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PROBE = ('import {module}\n'
           'from tensorflow.python.util import _pywrap_util_port\n'

@@ -1,9 +1,9 @@
 """The training log hook on a tiny graph: which steps it logs and what the JSON log holds."""
 import tensorflow as tf
 
-import det_model_fn
-from training import hooks
-from training import run_log
+from efficientdet_hpu.training import det_model_fn
+from efficientdet_hpu.training import hooks
+from efficientdet_hpu.training import run_log
 
 tf1 = tf.compat.v1
 

@@ -5,7 +5,9 @@
 
 Boxes are given in pixels [ymin, xmin, ymax, xmax] and stored normalised as the dataset
 converter stores them (docs/CONTRACTS.md). Each box is painted as a flat colour rectangle on
-a smooth background, so the image content agrees with the labels.
+a smooth background, so the image content agrees with the labels. read_source_ids and
+decoded_images read records back; write_jpegs turns decoded images into a folder of JPEG files
+(the input of `inference.py predict`).
 """
 import dataclasses
 import io
@@ -16,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from dataset import tfrecord_format as fmt
+from efficientdet_hpu.data import tfrecord_format as fmt
 
 PALETTE = np.array([[230, 25, 75], [60, 180, 75], [0, 130, 200], [245, 130, 48],
                     [145, 30, 180], [70, 240, 240]], dtype=np.uint8)
@@ -133,3 +135,24 @@ def read_source_ids(pattern: str) -> List[int]:
             feature = tf.train.Example.FromString(raw).features.feature
             ids.append(int(feature[fmt.IMAGE_SOURCE_ID].bytes_list.value[0]))
     return ids
+
+
+def decoded_images(pattern: str, count: int = 4) -> List[np.ndarray]:
+    """uint8 [H, W, 3] pixels of the first `count` records matching pattern, in sorted file
+    order."""
+    images = []
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            feature = tf.train.Example.FromString(raw).features.feature
+            images.append(tf.io.decode_jpeg(feature[fmt.IMAGE_ENCODED].bytes_list.value[0],
+                                            channels=3).numpy())
+    return images[:count]
+
+
+def write_jpegs(images: Sequence[np.ndarray], directory):
+    """Writes uint8 [H, W, 3] images as directory/000001.jpg, 000002.jpg, ... (directory, a
+    pathlib.Path, must not exist yet); returns directory."""
+    directory.mkdir()
+    for index, image in enumerate(images):
+        (directory / ('%06d.jpg' % (index + 1))).write_bytes(tf.io.encode_jpeg(image).numpy())
+    return directory

@@ -1,2 +1,2 @@
-"""The training run: options, set-up, the mode loops, session hooks, the run log,
-checkpoints and warm starts, COCO evaluation of checkpoints, the --benchmark mode."""
+"""Only the command spelling `python -m training.plot_curves` (the training code is
+efficientdet_hpu.training)."""

@@ -1,0 +1,26 @@
+"""EfficientDet D0-D7x training, evaluation and serving (TF1 Estimator style, Horovod, Gaudi).
+
+The packages stand in a line; a module imports only from its own package or from packages
+before it (tests/test_layout.py checks it, and that no modules import in a cycle):
+
+  core        the error policy, atomic files, TensorFlow's process settings, root-name shims
+  ops         pure functions and layers over tensors: boxes, anchors, losses, NMS, conv/BN
+  config      the D0-D7x table and defaults, recipes, run options, automl's and Habana's keys
+  runtime     devices, Horovod ranks and collectives, Habana settings, rank-tagged logging
+  data        the record format and its checks, label maps, COCO annotations, input pipeline
+  backbone    EfficientNet
+  network     BiFPN topology, EfficientDet
+  training    the Estimator model_fn, set-up, loops, hooks, checkpoints, COCO evaluation
+  serving     frozen detection graph, SavedModel/TFLite/ONNX export, prediction
+  datatools   the converter, the record verifier, the data doctor, the synthetic data set
+  benchmarks  training, inference and input benchmarks, profiles
+  launch      the launcher's library: hosts, MPI environment, placement, HCL config
+  cli         the entry points (main, demo_efficientdet, inference, bench, model_inspect,
+              plot_curves)
+
+Installed (`pip install .`), this package is the only top-level name; the checkout's root also
+keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,
+dataset/, ...) as thin modules over it (core/compat.py).
+"""
+LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'backbone', 'network', 'training', 'serving',
+          'datatools', 'benchmarks', 'launch', 'cli')

@@ -1,0 +1,63 @@
+"""The output every benchmark shares: a plain-text table, one `BENCHMARK {json}` line that
+scripts (and the suite) parse, markdown tables for the reports, and the user-error class."""
+import json
+
+from efficientdet_hpu.core import compat
+from efficientdet_hpu.core.cli import UserError
+
+RESULT_PREFIX = 'BENCHMARK '
+# The repository root: benchmark subprocesses (bench.py, main.py) run from here, as a user
+# types them (the benchmarks run from a checkout).
+REPO = compat.PACKAGE_PARENT
+
+
+class BenchError(UserError, ValueError):
+    """A user mistake in the benchmark flags; the message names the fix."""
+
+
+def parse_batch_sizes(text, default):
+    try:
+        sizes = [int(v) for v in (text or default).split(',') if v.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise BenchError('--batch_sizes=%s must be positive integers, e.g. 1,2,4,8' % text)
+    return sizes
+
+
+def format_table(rows, columns):
+    """Plain-text table; columns are (header, key, format)."""
+    cells = [[header for header, _, _ in columns]]
+    for row in rows:
+        cells.append([fmt % row[key] if row.get(key) is not None else '-'
+                      for _, key, fmt in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = ['  '.join(cell.rjust(width) for cell, width in zip(line, widths)) for line in cells]
+    lines.insert(1, '  '.join('-' * width for width in widths))
+    return '\n'.join(lines)
+
+
+def markdown_table(header, rows, text_columns=0):
+    """A markdown table of str()-ed cells; the first text_columns columns are left-aligned,
+    the rest right-aligned."""
+    lines = ['| ' + ' | '.join(header) + ' |',
+             '|' + '|'.join(':---' if i < text_columns else '---:'
+                            for i in range(len(header))) + '|']
+    return '\n'.join(lines + ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows])
+
+
+def emit(result, rows, columns):
+    print(format_table(rows, columns))
+    print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+
+
+def parse_result_lines(output):
+    """The JSON objects of every `BENCHMARK {json}` line in a process's output. Text around
+    the object (mpirun --tag-output's '[1,0]<stdout>:' tags) is ignored."""
+    decoder, results = json.JSONDecoder(), []
+    for line in output.splitlines():
+        position = line.find(RESULT_PREFIX + '{')
+        if position >= 0:
+            result, _ = decoder.raw_decode(line, position + len(RESULT_PREFIX))
+            results.append(result)
+    return results

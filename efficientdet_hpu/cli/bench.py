@@ -1,0 +1,213 @@
+r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
+
+    python bench.py train --batch_sizes=2,4 --steps=20 --warmup=5 [--use_fake_data] \
+        [--model_name=efficientdet-d0] [--hparams=...] [--num_ranks=1]
+    python bench.py infer --batch_sizes=1,2,4,8 (--model_dir=DIR | --random_weights) \
+        [--source=random|image:IMG|repeat:IMG|dir:DIR] [--postprocess=graph,host,none] \
+        --steps=50 --warmup=5
+    python bench.py infer --random_weights --batch_sizes=1 \
+        --formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8,onnx_fp32  (a line each)
+    python bench.py input --file_pattern='data/train-*.tfrecord' --batch_size=4 \
+        --num_batches=50 [--is_training]
+    python bench.py suite --output=docs/benchmarks-$(hostname).md     (what `make bench` runs)
+
+train: `main.py --benchmark` per batch size in a subprocess (benchmarks/train_bench.py):
+images/s per rank and global over the steps after warm-up, time per step, peak host memory.
+infer: benchmarks/infer_bench.py. input: the tf.data pipeline alone (benchmarks/input_bench.py).
+"""
+import os
+
+from absl import app, flags
+
+from efficientdet_hpu.benchmarks.report import BenchError, emit, parse_batch_sizes
+from efficientdet_hpu.config import recipe
+from efficientdet_hpu.core import cli
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """Defined when bench.py runs, so importing it defines nothing."""
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x.')
+    flags.DEFINE_string('hparams', '', 'Recipe YAML and/or overrides, e.g. image_size=640 '
+                        '(infer/input/train).')
+    flags.DEFINE_string('image_size', None, "infer/input: network input, 512 or 'WIDTHxHEIGHT' "
+                        "(default: the variant's).")
+    flags.DEFINE_string('batch_sizes', None, 'train/infer: comma-separated batch sizes (train: '
+                        'images per rank, as main.py --train_batch_size). Default train 2,4; '
+                        'infer 1,2,4,8.')
+    flags.DEFINE_integer('steps', 20, 'Measured steps per batch size.', lower_bound=1)
+    flags.DEFINE_integer('warmup', 5, 'Steps run before measuring.', lower_bound=0)
+    flags.DEFINE_bool('use_fake_data', True, 'train: synthetic tensors instead of TFRecords. '
+                      'input: only when given, or without --file_pattern.')
+    flags.DEFINE_string('training_file_pattern', None, 'train without fake data: TFRecords.')
+    flags.DEFINE_integer('num_ranks', 1, 'train: ranks on this box (Horovod, mpirun).',
+                         lower_bound=1)
+    flags.DEFINE_string('model_dir', None, 'infer: trained run directory (EMA weights).')
+    flags.DEFINE_string('checkpoint', None, 'infer: checkpoint (default: latest in model_dir).')
+    flags.DEFINE_bool('random_weights', False, 'infer: randomly initialised weights.')
+    flags.DEFINE_string('source', 'random',
+                        'infer: random | image:PATH | repeat:PATH | dir:PATH.')
+    flags.DEFINE_string('postprocess', 'graph', 'infer: comma list of graph, host, none.')
+    flags.DEFINE_string('formats', None, 'infer: comma list of saved_model, tflite_fp32, '
+                        'tflite_fp16, tflite_int8, onnx_fp32, each timed end to end in this '
+                        'run, one BENCHMARK line per format (instead of --postprocess modes).')
+    flags.DEFINE_string('file_pattern', None, 'input: TFRecords to read.')
+    flags.DEFINE_integer('batch_size', 4, 'input: batch size.', lower_bound=1)
+    flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1)
+    flags.DEFINE_bool('is_training', True, 'input: the training pipeline (augmentation, '
+                      'targets) rather than the eval one.')
+    flags.DEFINE_string('output', None, 'suite: markdown file to write.')
+    flags.DEFINE_bool('onednn', True, 'Run TensorFlow with its oneDNN CPU kernels '
+                      '(TF_ENABLE_ONEDNN_OPTS=1; TF 2.15 turns them on by itself only on CPUs '
+                      'with AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
+    flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
+                      'error messages.')
+    flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
+                      'numbers).')
+
+
+def resolve_config():
+    return recipe.resolve(FLAGS.model_name, FLAGS.hparams, image_size=FLAGS.image_size)
+
+
+# ----------------------------------------------------------------------------- train
+
+def cmd_train():
+    from efficientdet_hpu.benchmarks import train_bench  # pylint: disable=import-outside-toplevel
+    rows = train_bench.run_train_benchmark(
+        parse_batch_sizes(FLAGS.batch_sizes, '2,4'), FLAGS.steps, FLAGS.warmup,
+        onednn=FLAGS.onednn, model_name=FLAGS.model_name, hparams=FLAGS.hparams,
+        use_fake_data=FLAGS.use_fake_data, training_file_pattern=FLAGS.training_file_pattern,
+        num_ranks=FLAGS.num_ranks)
+    emit({'bench': 'train', 'model_name': FLAGS.model_name, 'rows': rows}, rows,
+         train_bench.TRAIN_COLUMNS)
+
+
+# ----------------------------------------------------------------------------- infer
+
+INFER_COLUMNS = (('batch', 'batch_size', '%d'), ('postprocess', 'postprocess', '%s'),
+                 ('images/s', 'images_per_sec', '%.2f'), ('avg ms', 'latency_avg_ms', '%.1f'),
+                 ('p50 ms', 'latency_p50_ms', '%.1f'), ('p90 ms', 'latency_p90_ms', '%.1f'),
+                 ('p95 ms', 'latency_p95_ms', '%.1f'), ('p99 ms', 'latency_p99_ms', '%.1f'),
+                 ('peak host MB', 'peak_host_memory_mb', '%.0f'))
+
+
+def _infer_spec():
+    from efficientdet_hpu.serving import model_spec  # pylint: disable=import-outside-toplevel
+    if FLAGS.model_dir:
+        return model_spec.load_model_spec(FLAGS.model_dir, FLAGS.checkpoint, FLAGS.hparams,
+                                          random_weights=FLAGS.random_weights)
+    if not FLAGS.random_weights:
+        raise BenchError('infer needs --model_dir=DIR (trained weights) or --random_weights')
+    return model_spec.ModelSpec(resolve_config(), None, None)
+
+
+def _infer_header(spec):
+    return {'bench': 'infer', 'model_name': spec.config.name,
+            'image_size': spec.config.image_size, 'source': FLAGS.source,
+            'weights': 'random' if spec.checkpoint is None else spec.checkpoint}
+
+
+def cmd_infer_formats():
+    """--formats: each format end to end, one table and BENCHMARK line per format; the line's
+    images_per_sec is its first batch size's."""
+    from efficientdet_hpu.benchmarks import infer_bench  # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.serving import tflite_export  # pylint: disable=import-outside-toplevel
+    if FLAGS['postprocess'].present:
+        raise BenchError('--formats times each format end to end (NMS included); drop '
+                         '--postprocess=%s or --formats' % FLAGS.postprocess)
+    formats = tflite_export.parse_formats(FLAGS.formats)
+    if 'onnx_fp32' in formats:  # A missing package is said before anything is timed.
+        from efficientdet_hpu.serving import onnx_export, onnx_runner  # pylint: disable=import-outside-toplevel
+        onnx_export.import_tf2onnx()
+        onnx_runner.import_onnxruntime()
+    batch_sizes = parse_batch_sizes(FLAGS.batch_sizes, '1,2,4,8')
+    source = infer_bench.parse_source(FLAGS.source)
+    spec = _infer_spec()
+    columns = (('format', 'format', '%s'),) + INFER_COLUMNS[:1] + INFER_COLUMNS[2:]
+    for fmt in formats:
+        rows = infer_bench.benchmark_format(spec, fmt, batch_sizes, source, FLAGS.steps,
+                                            FLAGS.warmup)
+        for row in rows:
+            row['onednn'] = FLAGS.onednn
+        emit(dict(_infer_header(spec), format=fmt, batch_size=rows[0]['batch_size'],
+                  images_per_sec=rows[0]['images_per_sec'], rows=rows), rows, columns)
+
+
+def cmd_infer():
+    if FLAGS.formats is not None:
+        cmd_infer_formats()
+        return
+    from efficientdet_hpu.benchmarks import infer_bench  # pylint: disable=import-outside-toplevel
+    modes = [m.strip() for m in FLAGS.postprocess.split(',') if m.strip()]
+    unknown = sorted(set(modes) - set(infer_bench.POSTPROCESS_MODES))
+    if unknown or not modes:
+        raise BenchError('--postprocess=%s: choose from %s' % (
+            FLAGS.postprocess, ', '.join(infer_bench.POSTPROCESS_MODES)))
+    source = infer_bench.parse_source(FLAGS.source)
+    spec = _infer_spec()
+    rows = []
+    for batch_size in parse_batch_sizes(FLAGS.batch_sizes, '1,2,4,8'):
+        rows.extend(infer_bench.benchmark_batch_size(spec, batch_size, source, modes,
+                                                     FLAGS.steps, FLAGS.warmup))
+    for row in rows:
+        row['onednn'] = FLAGS.onednn
+    emit(dict(_infer_header(spec), rows=rows), rows, INFER_COLUMNS)
+
+
+# ----------------------------------------------------------------------------- input
+
+def cmd_input():
+    from efficientdet_hpu.benchmarks import input_bench  # pylint: disable=import-outside-toplevel
+    use_fake_data = FLAGS.use_fake_data and (FLAGS['use_fake_data'].present
+                                             or not FLAGS.file_pattern)
+    if not FLAGS.file_pattern and not use_fake_data:
+        raise BenchError('input needs --file_pattern=GLOB of TFRecords (or --use_fake_data)')
+    config = resolve_config()
+    result = input_bench.measure(FLAGS.file_pattern, config, FLAGS.batch_size,
+                                 FLAGS.num_batches, FLAGS.is_training,
+                                 use_fake_data=use_fake_data, warmup=FLAGS.warmup)
+    row = dict(result, batch_size=FLAGS.batch_size, is_training=FLAGS.is_training,
+               use_fake_data=use_fake_data, image_size=config.image_size)
+    columns = [(key, key, '%.2f' if isinstance(value, float) else '%s')
+               for key, value in sorted(row.items()) if not isinstance(value, (list, dict))]
+    emit(dict(row, bench='input', file_pattern=FLAGS.file_pattern), [row], columns)
+
+
+def cmd_suite():
+    from efficientdet_hpu.benchmarks import suite  # pylint: disable=import-outside-toplevel
+    if not FLAGS.output:
+        raise BenchError('suite needs --output=docs/benchmarks-HOST.md')
+    suite.run_suite(FLAGS.output, quick=FLAGS.quick)
+
+
+COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite}
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] not in COMMANDS:
+        raise app.UsageError('usage: bench.py {%s} --flags...' % ','.join(COMMANDS))
+    # Read by TensorFlow when it initialises: set before anything imports it.
+    os.environ['TF_ENABLE_ONEDNN_OPTS'] = '1' if FLAGS.onednn else '0'
+    from efficientdet_hpu.core import tf_env  # pylint: disable=import-outside-toplevel
+    tf_env.quiet_python_logging(FLAGS.verbose)
+    user_errors = [cli.UserError, FileNotFoundError]
+    if argv[1] == 'suite':
+        from efficientdet_hpu.benchmarks import suite  # pylint: disable=import-outside-toplevel
+        user_errors.append(suite.SuiteError)
+    try:
+        COMMANDS[argv[1]]()
+    except tuple(user_errors) as error:
+        return cli.fail('bench.py', error, FLAGS.verbose)
+    return 0
+
+
+def entry_point():
+    """Parses the command line and runs the command (the module's `main`)."""
+    define_flags()
+    app.run(main)
+
+
+if __name__ == '__main__':
+    entry_point()

@@ -1,0 +1,352 @@
+"""Launches main.py: as one process, on one box under mpirun, on many boxes, in a Kubeflow
+MPIJob launcher pod, or as a rank that mpirun started (Habana's MPIJob style).
+
+    python demo_efficientdet.py [--use_horovod N] [--hls_type HLS1|HLS1-H|HLS2]
+        [--kubernetes_run] [--dry_run] [--main_script PATH] <main.py flags>
+
+Only the launcher's own flags are read here; every other argument reaches main.py unchanged and
+in order. main.py is not told it runs distributed by a flag: it sees OMPI_COMM_WORLD_SIZE > 1 and
+initialises Horovod itself. When this program finds itself started by mpirun (OMPI_COMM_WORLD_SIZE,
+PMI_SIZE, ... in its environment), as in `mpirun -np 16 python demo_efficientdet.py --use_horovod 8
+--kubernetes_run=True ...`, it becomes main.py in the same process and never starts mpirun.
+Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT, MPI_TCP_INCLUDE, MPI_ROOT, MPI_MAP_BY,
+HCL_PORT, HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and OMPI_MCA_orte_default_hostfile (see
+k8s/README.md and the project README).
+"""
+
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from efficientdet_hpu import launch as hccl_config
+from efficientdet_hpu.launch import (ClusterConfigError, Host, LaunchError,  # noqa: F401
+                                     LauncherArgs, exported_names, model_dir_from,
+                                     parse_launcher_argv)
+from efficientdet_hpu.config import legacy_flags
+from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import compat
+
+USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --helpfull>
+  --use_horovod N   ranks per box, run under mpirun (N >= 1)
+  --hls_type T      box type for the HCL config: HLS1 (8 Gaudi), HLS1-H (4), HLS2 (8 Gaudi2)
+  --kubernetes_run  run inside an MPIJob launcher pod (hostfile from the mpi-operator); under
+                    mpirun (a rank of Habana's MPIJob style) main.py runs in this process
+  --dry_run         print the command, HCL config and hostfile; launch nothing
+  --main_script P   entry point to launch (default: the checkout's main.py)
+  --                everything after it goes to main.py, even launcher flag names
+main.py's --dump_all_ranks also makes mpirun write each rank's output to
+<model_dir>/rank_logs/1/rank.<r>/stdout."""
+
+_DEFAULT_K8S_HOSTFILE = "/etc/mpi/hostfile"
+_DEFAULT_SSHD_PORT = 3022
+_PROGRAM = "demo_efficientdet.py"
+RANK_LOG_DIR = "rank_logs"
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """What the launcher will run. `files` are (path, text) pairs written before launching."""
+    command: list
+    env: dict
+    hcl_config: dict | None = None
+    hcl_config_path: str | None = None
+    hostfile_path: str | None = None
+    hostfile_contents: str | None = None
+    files: tuple = ()
+    warnings: tuple = ()
+    dry_run: bool = False
+    show_help: bool = False
+
+    @property
+    def uses_mpirun(self):
+        return self.command[:1] == ["mpirun"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Site:
+    """Where the ranks run: hosts in rank order and the hostfile telling mpirun so."""
+    hosts: list
+    hostfile: str | None = None
+    hostfile_text: str | None = None
+    write_hostfile: bool = False  # False: the mpi-operator wrote it
+    flags: tuple = ()
+
+
+def _single_box_site(args):
+    return _Site([Host("localhost", args.use_horovod)])
+
+
+def _multi_box_site(args, environ, work_dir, deduce_network):
+    """Boxes of MULTI_HLS_IPS reached over ssh on DOCKER_SSHD_PORT, as Habana's scripts do:
+    the network is MPI_TCP_INCLUDE or deduced, Open MPI's install is MPI_ROOT (--prefix)."""
+    hosts = hccl_config.hosts_from_ip_list(environ["MULTI_HLS_IPS"], args.use_horovod)
+    port_text = environ.get("DOCKER_SSHD_PORT")
+    port = (hccl_config.parse_port(port_text, "DOCKER_SSHD_PORT") if port_text
+            else _DEFAULT_SSHD_PORT)
+    network = hccl_config.tcp_include_flags(environ, [host.name for host in hosts],
+                                            deduce_network)
+    flags = ("--mca", "plm_rsh_args", f"-p {port}", *network, *hccl_config.prefix_flags(environ))
+    return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{len(hosts) * args.use_horovod}"),
+                 hccl_config.format_hostfile(hosts), True, flags)
+
+
+def _kubernetes_site(args, environ, work_dir):
+    path = environ.get("OMPI_MCA_orte_default_hostfile") or _DEFAULT_K8S_HOSTFILE
+    text = hccl_config.read_hostfile(path, "--kubernetes_run needs the MPIJob launcher pod's "
+                                           "hostfile, or OMPI_MCA_orte_default_hostfile naming one")
+    hosts = hccl_config.parse_hostfile(text, repr(path))
+    for host in hosts:
+        if host.slots is None and args.use_horovod is None:
+            raise LaunchError(f"hostfile {path!r}: host {host.name!r} has no slots=; add "
+                              f"slots=N (slotsPerWorker in the MPIJob) or pass --use_horovod N")
+        if host.slots is not None and args.use_horovod not in (None, host.slots):
+            raise LaunchError(f"--use_horovod {args.use_horovod} disagrees with hostfile "
+                              f"{path!r} ({host.name} slots={host.slots}); drop --use_horovod "
+                              f"or set slotsPerWorker: {args.use_horovod} in the MPIJob")
+    # The operator sets up how mpirun reaches the workers; only what the user asks for is added.
+    network = (hccl_config.tcp_include_flags(environ, []) if environ.get("MPI_TCP_INCLUDE")
+               else [])
+    flags = (*network, *hccl_config.prefix_flags(environ))
+    if all(host.slots is not None for host in hosts):
+        return _Site(hosts, path, text, flags=flags)
+    # Bare lines get explicit slots so Open MPI places ranks exactly as HCL_RANKS says.
+    hosts = [Host(host.name, host.slots or args.use_horovod) for host in hosts]
+    total = sum(host.slots for host in hosts)
+    return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{total}"),
+                 hccl_config.format_hostfile(hosts), True, flags)
+
+
+def _site(args, environ, work_dir, deduce_network):
+    if args.kubernetes_run:
+        if environ.get("MULTI_HLS_IPS"):
+            raise LaunchError("MULTI_HLS_IPS is set together with --kubernetes_run; in an MPIJob "
+                              "the hosts come from the operator's hostfile: unset MULTI_HLS_IPS")
+        return _kubernetes_site(args, environ, work_dir)
+    if environ.get("MULTI_HLS_IPS", "").strip():
+        return _multi_box_site(args, environ, work_dir, deduce_network)
+    return _single_box_site(args)
+
+
+def _hcl_setup(hosts, args, environ, work_dir):
+    """(path, config, files to write) for the HCL config; an existing HCL_CONFIG_PATH is kept."""
+    existing = environ.get("HCL_CONFIG_PATH")
+    if existing:
+        return existing, hccl_config.read_config(existing), ()
+    config = hccl_config.build_hcl_config(hosts, args.hls_type, environ)
+    path = hccl_config.config_path(environ, work_dir, sum(host.slots for host in hosts))
+    return path, config, ((path, hccl_config.config_json(config)),)
+
+
+def _work_dir(forwarded):
+    """Where generated files go: main.py's --model_dir if it is a local path, else a temp dir."""
+    model_dir = model_dir_from(forwarded)
+    if model_dir and "://" not in model_dir:
+        return os.path.abspath(model_dir)
+    return os.path.join(tempfile.gettempdir(), f"efficientdet_launch_{os.getpid()}")
+
+
+def _layout_warnings(args, hosts, environ, forwarded, hcl_path):
+    warnings = []
+    cards = hccl_config.HLS_CARDS[args.hls_type]
+    busiest = max(host.slots for host in hosts)
+    if busiest > cards:
+        warnings.append(f"{busiest} ranks on one box but an {args.hls_type} box has {cards} "
+                        f"Gaudi cards; fine on CPU, on Gaudi use at most {cards} per box")
+    shared = model_dir_from(forwarded) or environ.get("HCL_CONFIG_AUTOGEN_PATH")
+    if len(hosts) > 1 and not environ.get("HCL_CONFIG_PATH") and not shared:
+        warnings.append(f"HCL config {hcl_path} is on local disk but ranks on every box read "
+                        f"that path: pass --model_dir on shared storage or set "
+                        f"HCL_CONFIG_AUTOGEN_PATH")
+    return warnings
+
+
+def _output_flags(forwarded, work_dir):
+    """main.py's --dump_all_ranks: each rank's output also goes to its own file,
+    <work_dir>/rank_logs/1/rank.<r>/stdout (Open MPI 4 layout; stderr merged in)."""
+    if not hccl_config.forwarded_boolean(forwarded, "dump_all_ranks"):
+        return []
+    return ["--output-filename", os.path.join(work_dir, RANK_LOG_DIR)]
+
+
+def _mpirun_command(site, placement, oversubscribe, output, env):
+    command = ["mpirun", "--allow-run-as-root", "--tag-output", "--merge-stderr-to-stdout",
+               *placement, *(["--oversubscribe"] if oversubscribe else []),
+               "-np", str(sum(host.slots for host in site.hosts))]
+    if site.hostfile is not None:
+        command += ["--hostfile", site.hostfile, *site.flags]
+    command += output
+    for name in exported_names(env):
+        command += ["-x", name]
+    return command
+
+
+def _mpi_launch(args, forwarded, program, environ, cores, deduce_network):
+    if not shutil.which("mpirun", path=environ.get("PATH", os.defpath)):
+        raise LaunchError("mpirun not found on PATH; install Open MPI (apt-get install "
+                          "openmpi-bin) or add its bin directory to PATH")
+    work_dir = _work_dir(forwarded)
+    site = _site(args, environ, work_dir, deduce_network)
+    hcl_path, hcl_config, files = _hcl_setup(site.hosts, args, environ, work_dir)
+    if site.write_hostfile:
+        files += ((site.hostfile, site.hostfile_text),)
+    env = dict(environ, HCL_CONFIG_PATH=hcl_path)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # a dying rank's last lines reach the log
+    ranks_per_box = max(host.slots for host in site.hosts)
+    map_by = hccl_config.map_by_from_env(environ, args.kubernetes_run)
+    placement, warning = hccl_config.placement_flags(map_by, ranks_per_box, cores)
+    # Without a hostfile Open MPI allows one rank per core; a hostfile's slots= lift that.
+    oversubscribe = site.hostfile is None and ranks_per_box > cores
+    command = _mpirun_command(site, placement, oversubscribe, _output_flags(forwarded, work_dir),
+                              env)
+    warnings = ([warning] if warning else []) + _layout_warnings(args, site.hosts, environ,
+                                                                 forwarded, hcl_path)
+    return Launch(command + program, env, hcl_config, hcl_path, site.hostfile, site.hostfile_text,
+                  files, tuple(warnings), args.dry_run)
+
+
+def _rank_launch(args, program, environ, ranks):
+    """mpirun started this process as one of its ranks (Habana's MPIJob style: the launcher pod
+    runs `mpirun ... python demo_efficientdet.py --use_horovod 8 --kubernetes_run=True ...`):
+    main.py replaces it, with the environment as given (HCL_CONFIG_PATH and the operator's
+    variables included). Starting mpirun again from a rank would nest jobs."""
+    if ranks.world_size is not None:
+        try:
+            legacy_flags.check_world_size(args.use_horovod, ranks.world_size,
+                                          ranks_per_box=ranks.ranks_per_box)
+        except legacy_flags.WorldSizeError as error:
+            raise LaunchError(str(error)) from None
+    return Launch(program, dict(environ), dry_run=args.dry_run)
+
+
+def _training_program(main_script):
+    """The training entry point each rank runs: --main_script, else the checkout's main.py,
+    else (an installed package without a checkout) `-m efficientdet_hpu.cli.main`."""
+    if not main_script:
+        main_script = compat.root_script("main.py")
+        if main_script is None:
+            return ["-m", "efficientdet_hpu.cli.main"]
+    main_script = os.path.abspath(main_script)
+    if not os.path.isfile(main_script):
+        raise LaunchError(f"--main_script={main_script!r} does not exist; pass the training "
+                          f"entry point (default: main.py beside {_PROGRAM})")
+    return [main_script]
+
+
+def build_launch(argv, environ, *, cores=None, python=None, deduce_network=None):
+    """The Launch for `argv` (the arguments after the program name) in `environ`.
+
+    Pure: reads the environment, the hostfile and an existing HCL config but writes nothing.
+    `cores` (physical cores per box), `python` (the interpreter running main.py) and
+    `deduce_network` (host names -> subnet, used for MULTI_HLS_IPS without MPI_TCP_INCLUDE)
+    default to this machine's count, sys.executable and hccl_config.deduce_tcp_include.
+    Raises LaunchError or ClusterConfigError.
+    """
+    args, forwarded = parse_launcher_argv(argv)
+    if args.show_help:
+        return Launch([], {}, show_help=True)
+    program = [python or sys.executable, *_training_program(args.main_script), *forwarded]
+    ranks = hccl_config.rank_env(environ)
+    if ranks is not None:
+        return _rank_launch(args, program, environ, ranks)
+    if args.use_horovod is None and not args.kubernetes_run:
+        warnings = (("MULTI_HLS_IPS has no effect without --use_horovod N",)
+                    if environ.get("MULTI_HLS_IPS") else ())
+        return Launch(program, dict(environ), warnings=warnings, dry_run=args.dry_run)
+    cores = cores or hccl_config.count_physical_cores()
+    return _mpi_launch(args, forwarded, program, environ, cores,
+                       deduce_network or hccl_config.deduce_tcp_include)
+
+
+def describe(launch):
+    """Dry-run text: the command on one line, then the HCL config and hostfile as comments."""
+    lines = [shlex.join(launch.command)]
+    if launch.hcl_config is not None:
+        lines.append(f"# HCL config {launch.hcl_config_path}:")
+        lines.append(hccl_config.config_json(launch.hcl_config).rstrip("\n"))
+    if launch.hostfile_path is not None:
+        lines.append(f"# hostfile {launch.hostfile_path}:")
+        lines.append(launch.hostfile_contents.rstrip("\n"))
+    return "\n".join(lines)
+
+
+# What the launcher sends mpirun when it receives each signal.
+_FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+                      signal.SIGHUP: signal.SIGTERM}
+
+
+def run_mpirun(command, env):
+    """Runs mpirun; returns its exit status (128+N if it died of signal N, as a shell says).
+
+    mpirun gets a process group of its own and the launcher passes SIGINT, SIGTERM and SIGHUP on,
+    so a signal sent to the launcher's whole group (Ctrl-C, `timeout`, a batch system) reaches
+    mpirun exactly once: with Open MPI 4.1 a second signal during its abort sometimes left
+    ranks running. Outside the terminal's foreground group mpirun must not read the terminal,
+    so its stdin is /dev/null (training reads none).
+    """
+    child = []
+
+    def forward(signum, _frame):
+        if child and child[0].poll() is None:
+            child[0].send_signal(_FORWARDED_SIGNALS[signum])
+
+    previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED_SIGNALS}
+    try:
+        child.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                      process_group=0))
+        returncode = child[0].wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def exec_single_process(command, env):
+    """Replaces the launcher with main.py: signals, stdin and exit status are then main.py's."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(command[0], command, env)
+
+
+def _fail(message):
+    return cli.fail(_PROGRAM, message)
+
+
+def main(argv=None, environ=None):
+    """Command-line entry: returns the exit status (2 for bad input, else the child's)."""
+    environ = os.environ if environ is None else environ
+    try:
+        launch = build_launch(sys.argv[1:] if argv is None else argv, environ)
+    except (LaunchError, ClusterConfigError) as error:
+        return _fail(error)
+    if launch.show_help:
+        print(USAGE)
+        return 0
+    for warning in launch.warnings:
+        print(f"{_PROGRAM}: warning: {warning}", file=sys.stderr)
+    if launch.dry_run:
+        print(describe(launch))
+        return 0
+    for path, text in launch.files:
+        try:
+            hccl_config.write_text_atomically(path, text)
+        except OSError as error:
+            return _fail(f"cannot write {path} ({error.strerror}); pass a writable --model_dir "
+                         f"or set HCL_CONFIG_AUTOGEN_PATH")
+    print(f"{_PROGRAM}: running: {describe(launch)}", file=sys.stderr, flush=True)
+    if not launch.uses_mpirun:
+        exec_single_process(launch.command, launch.env)
+    return run_mpirun(launch.command, launch.env)
+
+
+def entry_point():
+    """Parses the command line and runs the command (the module's `main`)."""
+    sys.exit(main())
+
+
+if __name__ == '__main__':
+    entry_point()

@@ -1,0 +1,86 @@
+"""Turns an image file into the RGB JPEG bytes stored in a TFRecord.
+
+Baseline RGB JPEGs keep their original bytes (no re-encode: lossless and fast). Everything else
+(grayscale, CMYK, palette, alpha, 16-bit, PNG, progressive JPEG, ...) is decoded and written as
+an RGB JPEG at quality 95. Alpha is composited on black. Every file is fully decoded, so
+unreadable and truncated files are caught here, before they would fail mid-training.
+"""
+import io
+
+import numpy as np
+from PIL import Image, ImageFile
+
+from efficientdet_hpu.data.coco_annotations import ConversionError
+
+JPEG_QUALITY = 95
+_ALPHA_MODES = ('RGBA', 'LA', 'PA', 'RGBa', 'La')
+_EXIF_ORIENTATION_TAG = 0x0112
+_EXIF_TRANSPOSING = (5, 6, 7, 8)  # Orientations that swap width and height.
+
+
+def _is_baseline_rgb_jpeg(image: Image.Image) -> bool:
+    return (image.format == 'JPEG' and image.mode == 'RGB'
+            and not image.info.get('progressive') and not image.info.get('progression'))
+
+
+def _high_bit_depth_to_rgb(image: Image.Image) -> Image.Image:
+    """Scales 16-bit ('I;16*', 'I') and float ('F') grayscale to 8 bits (PIL would clip)."""
+    pixels = np.asarray(image, dtype=np.float64)
+    if image.mode.startswith('I;16') or (image.mode == 'I' and pixels.max(initial=0) > 255):
+        pixels = pixels / 257.0  # 65535 -> 255.
+    gray = np.clip(np.round(pixels), 0, 255).astype(np.uint8)
+    return Image.fromarray(gray, mode='L').convert('RGB')
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any PIL mode -> 'RGB'. Alpha (also palette transparency) is composited on black."""
+    if image.mode == 'RGB':
+        return image
+    if image.mode.startswith('I') or image.mode == 'F':
+        return _high_bit_depth_to_rgb(image)
+    if image.mode in _ALPHA_MODES or (image.mode == 'P' and 'transparency' in image.info):
+        rgba = image.convert('RGBA')
+        black = Image.new('RGBA', rgba.size, (0, 0, 0, 255))
+        return Image.alpha_composite(black, rgba).convert('RGB')
+    return image.convert('RGB')
+
+
+def _size_mismatch_message(path: str, image: Image.Image, json_size, json_path: str) -> str:
+    width, height = image.size
+    hint = ('Boxes would be misplaced. A common cause is EXIF rotation: the JSON sizes were '
+            'taken from a rotated view of the photo while the stored pixels are not rotated.')
+    orientation = image.getexif().get(_EXIF_ORIENTATION_TAG)
+    if orientation in _EXIF_TRANSPOSING:
+        hint += f' This file has EXIF orientation {orientation} (a 90-degree rotation).'
+    return (f'image {path} is {width}x{height} (width x height) but {json_path} says '
+            f'{json_size[0]}x{json_size[1]}. {hint}')
+
+
+def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str) -> bytes:
+    """Reads `path`, checks it decodes fully at the JSON's size; returns RGB JPEG bytes.
+
+    Raises:
+        ConversionError: unreadable/truncated file or a size that differs from the JSON.
+    """
+    # Truncated files must fail loudly; a partial image with grey rows would be silent damage.
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    with open(path, 'rb') as handle:
+        data = handle.read()
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.size != (json_width, json_height):
+                raise ConversionError(
+                    _size_mismatch_message(path, image, (json_width, json_height), json_path))
+            image.load()
+            if _is_baseline_rgb_jpeg(image):
+                return data
+            rgb = to_rgb(image)
+    except ConversionError:
+        raise
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        raise ConversionError(f'cannot decode image {path} ({type(error).__name__}: {error}); '
+                              f'the file is unreadable or truncated. Re-export or remove it '
+                              f'from {json_path}.') from None
+    output = io.BytesIO()
+    rgb.save(output, format='JPEG', quality=JPEG_QUALITY)
+    return output.getvalue()

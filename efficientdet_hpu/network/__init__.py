@@ -1,0 +1,1 @@
+"""The network: the BiFPN topology as data (fpn_configs) and EfficientDet (efficientdet_arch)."""

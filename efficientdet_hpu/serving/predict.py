@@ -1,0 +1,150 @@
+"""Detections on image files (`python inference.py predict ...`): annotated copies of the
+images and a COCO results JSON.
+
+Any image PIL reads works: grayscale, palette, 16-bit, CMYK, PNG with alpha (composited on
+black, as dataset/image_codec.py does for training data), and EXIF-rotated photos (boxes are
+in the upright view people see). A file that cannot be decoded is reported and skipped; the
+exit status is non-zero only when no image at all could be processed.
+
+output_dir/detections.json is a COCO results list: {"image_id", "file_name", "category_id",
+"bbox": [x, y, width, height] (pixels), "score"}. image_id is the file name's number when
+the name is numeric (000000139.jpg -> 139, as in COCO), else the 1-based position in the
+sorted input list.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.data import image_codec
+from efficientdet_hpu.data import label_map as label_map_lib
+from efficientdet_hpu.serving import visualize
+
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.tif', '.tiff', '.webp',
+                    '.ppm', '.pgm', '.pbm')
+RESULTS_FILE = 'detections.json'
+
+
+def category_names(label_map):
+    """{category_id: name} (empty without a label map: numbers are drawn instead)."""
+    if label_map is None:
+        return {}
+    return {label_map.label_to_category_id[label]: name
+            for label, name in label_map.label_to_name.items()}
+
+
+def category_names_of_saved_model(export_dir):
+    path = os.path.join(export_dir, 'assets.extra', 'label_map.json')
+    return category_names(label_map_lib.load_label_map(path)) if os.path.exists(path) else {}
+
+
+def list_images(path):
+    """The image files to process: `path` itself, or a directory's image files (sorted)."""
+    if os.path.isdir(path):
+        names = sorted(name for name in os.listdir(path)
+                       if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.'))
+        files = [os.path.join(path, name) for name in names]
+        if not files:
+            raise FileNotFoundError('no image files (%s) in --input=%s'
+                                    % (', '.join(IMAGE_EXTENSIONS), path))
+        return files
+    if not os.path.exists(path):
+        raise FileNotFoundError('--input=%s does not exist' % path)
+    return [path]
+
+
+def read_rgb(path):
+    """uint8 [H, W, 3] RGB pixels of any image file PIL can decode, upright per EXIF."""
+    with Image.open(path) as image:
+        image.load()
+        image = ImageOps.exif_transpose(image)
+        return np.array(image_codec.to_rgb(image), dtype=np.uint8)
+
+
+def image_id_for(path, position):
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return int(stem) if stem.isdigit() else position
+
+
+def coco_rows(image_id, file_name, outputs, names=None):
+    """COCO result dicts of one image's outputs (batch of 1); with `names` ({category_id:
+    name}) each row also carries its category_name."""
+    rows = []
+    count = int(outputs['num_detections'][0])
+    for box, score, category in zip(outputs['detection_boxes'][0][:count],
+                                    outputs['detection_scores'][0][:count],
+                                    outputs['detection_classes'][0][:count]):
+        ymin, xmin, ymax, xmax = (float(v) for v in box)
+        rows.append({'image_id': image_id, 'file_name': file_name, 'category_id': int(category),
+                     'bbox': [round(xmin, 2), round(ymin, 2), round(xmax - xmin, 2),
+                              round(ymax - ymin, 2)], 'score': round(float(score), 6)})
+        if names and int(category) in names:
+            rows[-1]['category_name'] = names[int(category)]
+    return rows
+
+
+def annotated_name(file_name):
+    """Same name for JPEG/PNG inputs; other formats are written as PNG (name + '.png')."""
+    return file_name if file_name.lower().endswith(('.jpg', '.jpeg', '.png')) else (
+        file_name + '.png')
+
+
+def _predict_timed(predictor, pixels, repeat):
+    latencies = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        outputs = predictor.predict(pixels[None])
+        latencies.append(time.perf_counter() - start)
+    return outputs, latencies
+
+
+def _annotate(pixels, outputs, names, min_score, path):
+    count = int(outputs['num_detections'][0])
+    image = visualize.draw_detections(
+        Image.fromarray(pixels), outputs['detection_boxes'][0][:count],
+        outputs['detection_scores'][0][:count], outputs['detection_classes'][0][:count],
+        names, min_score=min_score)
+    visualize.save_image(image, path)
+
+
+def _report_latency(latencies):
+    if len(latencies) < 2:
+        return
+    ms = np.asarray(latencies[1:]) * 1e3  # The first run includes graph warm-up.
+    print('latency per image (batch 1, %d runs after the first): mean %.1f ms, p50 %.1f ms, '
+          'p90 %.1f ms' % (ms.size, ms.mean(), np.percentile(ms, 50), np.percentile(ms, 90)))
+
+
+def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=0.3):
+    """Runs `predictor` on every image of input_path; returns the exit status."""
+    files = list_images(input_path)
+    os.makedirs(output_dir, exist_ok=True)
+    results, skipped, latencies = [], [], []
+    for position, path in enumerate(files, start=1):
+        file_name = os.path.basename(path)
+        try:
+            pixels = read_rgb(path)
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+            print('skipped %s: cannot decode it (%s: %s)' % (path, type(error).__name__, error),
+                  file=sys.stderr)
+            skipped.append(path)
+            continue
+        outputs, timings = _predict_timed(predictor, pixels, repeat)
+        latencies.extend(timings)
+        rows = coco_rows(image_id_for(path, position), file_name, outputs, names)
+        results.extend(rows)
+        _annotate(pixels, outputs, names, min_score,
+                  os.path.join(output_dir, annotated_name(file_name)))
+        print('%s: %dx%d, %d detections (%d >= %.2f)' % (
+            file_name, pixels.shape[1], pixels.shape[0], len(rows),
+            sum(r['score'] >= min_score for r in rows), min_score))
+    processed = len(files) - len(skipped)
+    atomic_file.write_json_atomically(os.path.join(output_dir, RESULTS_FILE), results,
+                                      indent=None)
+    _report_latency(latencies)
+    print('processed %d image(s), skipped %d; wrote %s' % (
+        processed, len(skipped), os.path.join(output_dir, RESULTS_FILE)))
+    return 0 if processed else 1

@@ -1,0 +1,248 @@
+"""TPUEstimator-style `model_fn(features, labels, mode, params)` for tf.compat.v1.estimator.
+
+TRAIN: focal + box loss, L2 weight decay, momentum SGD on a warm-up + cosine (or step) schedule
+scaled with the global batch, gradient clipping, an exponential moving average of the weights.
+EVAL: the losses of the EMA weights. PREDICT: detections of the EMA weights in original image
+pixels (what COCO evaluation and export consume).
+
+`params` is the Estimator's dict of the resolved config and the run settings
+(config/model_params.py), read through its typed view: params.config (a Config) and
+params.run (a RunParams: batch sizes, steps, compute dtype, warm starts).
+"""
+import math
+import re
+
+import tensorflow as tf
+
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.config import model_params
+from efficientdet_hpu.network import efficientdet_arch
+from efficientdet_hpu.ops import anchors
+from efficientdet_hpu.ops import losses
+from efficientdet_hpu.ops import postprocess
+from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.training import loss_scale
+from efficientdet_hpu.training import warm_start
+
+tf1 = tf.compat.v1
+
+# Images, ids, scales and ground truth travel as features in PREDICT mode (Estimator.predict
+# drops labels), so evaluation can gather everything it needs from the predictions.
+PREDICT_PASSTHROUGH = ('source_ids', 'image_scales', 'image_sizes', 'groundtruth_data')
+# Scalars the training log reads, in this order, from the graph collection of that name.
+TRAIN_LOG_COLLECTION = 'train_log_scalars'
+# [finite (bool), total loss]: read by training.hooks.FiniteGuardHook.
+FINITE_GUARD_COLLECTION = 'finite_guard'
+TRAIN_LOG_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss', 'learning_rate',
+                  'grad_norm')
+_L2_VARIABLE_RE = re.compile(r'.*(kernel|weights):0$')
+
+
+def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps, total_steps,
+                           decay_method='cosine', first_drop_step=0, second_drop_step=0):
+    """Linear warm-up from warmup_init to base_rate, then cosine / step / constant.
+
+    Args:
+      global_step: int64 scalar tensor.
+      base_rate, warmup_init: floats, already scaled for the global batch.
+      warmup_steps, total_steps, first_drop_step, second_drop_step: ints.
+    Returns: float32 scalar tensor.
+    """
+    step = tf.cast(global_step, tf.float32)
+    warmup_steps = max(int(warmup_steps), 1)
+    warmup_rate = warmup_init + (base_rate - warmup_init) * step / warmup_steps
+    if decay_method == 'cosine':
+        decay_span = float(max(total_steps - warmup_steps, 1))
+        progress = tf.clip_by_value((step - warmup_steps) / decay_span, 0.0, 1.0)
+        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
+    elif decay_method == 'stepwise':
+        decayed = tf1.train.piecewise_constant(
+            step, [float(first_drop_step), float(second_drop_step)],
+            [base_rate, base_rate * 0.1, base_rate * 0.01])
+    else:
+        decayed = tf.constant(base_rate, tf.float32)
+    return tf.where(step < warmup_steps, warmup_rate, decayed)
+
+
+def _scaled_learning_rates(params):
+    scale = params.run.global_batch_size / float(params.config.lr_base_batch_size)
+    return params.config.learning_rate * scale, params.config.lr_warmup_init * scale
+
+
+def _build_network(features, params, is_training):
+    """The network in params.run.compute_dtype when training; EVAL and PREDICT compute in
+    float32 (as Habana's port evaluates): the checkpoint's weights are float32, and AP is
+    then the same whether or not the run trained with mixed precision."""
+    config = hparams_config.Config(params.config.as_dict())
+    compute_dtype = params.run.compute_dtype
+    if not is_training:
+        config.mixed_precision, compute_dtype = False, 'float32'
+    images = features['images'] if isinstance(features, dict) else features
+    allreduce = distributed.allreduce_mean if params.run.cross_rank_batch_norm else None
+    return efficientdet_arch.build_model(
+        images, config, is_training=is_training, allreduce_mean_fn=allreduce,
+        compute_dtype=compute_dtype)
+
+
+def _anchor_boxes(params):
+    height, width = hparams_config.parse_image_size(params.config.image_size)
+    return anchors.generate_anchor_boxes(height, width,
+                                         **hparams_config.anchor_settings(params.config))
+
+
+def _detection_losses(class_outputs, box_outputs, labels, params):
+    config = params.config
+    levels = range(config.min_level, config.max_level + 1)
+    num_positives_sum = tf.reduce_sum(labels['num_positives'])
+    if distributed.is_distributed():
+        # Every rank normalises by the same count: the mean over ranks of the per-rank sums.
+        num_positives_sum = distributed.allreduce_mean(num_positives_sum)
+    return losses.detection_loss(
+        class_outputs, box_outputs,
+        {l: labels['cls_targets_%d' % l] for l in levels},
+        {l: labels['box_targets_%d' % l] for l in levels},
+        labels['num_positives'],
+        normalizer=num_positives_sum + 1.0,
+        num_classes=config.num_classes,
+        anchors_per_location=hparams_config.anchors_per_location(config),
+        alpha=config.alpha, gamma=config.gamma, delta=config.delta,
+        box_loss_weight=config.box_loss_weight, label_smoothing=config.label_smoothing,
+        iou_loss_type=config.iou_loss_type, iou_loss_weight=config.iou_loss_weight,
+        anchor_boxes=_anchor_boxes(params) if config.iou_loss_type != 'none' else None)
+
+
+def _weight_decay_loss(weight_decay):
+    kernels = [v for v in tf1.trainable_variables() if _L2_VARIABLE_RE.match(v.name)]
+    if not kernels or weight_decay <= 0:
+        return tf.constant(0.0)
+    return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in kernels])
+
+
+def _optimizer(params, learning_rate):
+    if params.config.optimizer == 'adam':
+        optimizer = tf1.train.AdamOptimizer(learning_rate)
+    else:
+        optimizer = tf1.train.MomentumOptimizer(learning_rate, momentum=params.config.momentum)
+    return distributed.distributed_optimizer(optimizer)
+
+
+def _train_op(total_loss, params, learning_rate):
+    """Gradients (averaged across ranks), clipping, a finite-guarded update and the EMA.
+
+    Returns (train_op, gradient norm, keep_going): keep_going is False when the step was
+    skipped for a non-finite loss or gradients (training stops there), but not for a float16
+    overflow the dynamic loss scale absorbs (training/loss_scale.py: skip, halve, go on)."""
+    global_step = tf1.train.get_or_create_global_step()
+    optimizer = _optimizer(params, learning_rate)
+    variables = tf1.trainable_variables()
+    scaler = (loss_scale.DynamicLossScale() if params.run.compute_dtype == 'float16'
+              else None)
+    grads_and_vars = optimizer.compute_gradients(
+        scaler.scale_loss(total_loss) if scaler else total_loss, variables)
+    grads = [g for g, _ in grads_and_vars]
+    grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
+    global_norm = tf.linalg.global_norm(grads)
+    if params.config.clip_gradients_norm > 0:
+        grads, _ = tf.clip_by_global_norm(grads, params.config.clip_gradients_norm,
+                                          use_norm=global_norm)
+    # The averaged gradients are identical on every rank, so every rank takes the same branch.
+    grads_finite = tf.math.is_finite(global_norm)
+    finite = tf.logical_and(grads_finite, tf.math.is_finite(total_loss))
+    update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+    averaged = checkpoints.ema_variables()
+    shadows = checkpoints.ema_shadows(averaged)
+
+    def apply():
+        with tf.control_dependencies(update_ops):
+            step = optimizer.apply_gradients(list(zip(grads, variables)), global_step)
+        with tf.control_dependencies([step]):
+            return checkpoints.ema_update(averaged, shadows, params.config.moving_average_decay,
+                                          global_step)
+
+    train_op = tf.cond(finite, lambda: _as_bool(apply()), lambda: tf.constant(False))
+    if scaler is None:
+        return train_op, global_norm, finite
+    # Read the scale's state before this step's update moves it.
+    keep_going = tf.logical_and(tf.math.is_finite(total_loss),
+                                tf.logical_or(grads_finite, tf.logical_not(scaler.exhausted())))
+    with tf.control_dependencies([train_op, keep_going]):
+        train_op = tf.logical_and(train_op, scaler.update(grads_finite))
+    return train_op, global_norm, keep_going
+
+
+def _as_bool(op):
+    with tf.control_dependencies([op]):
+        return tf.constant(True)
+
+
+def _ema_scaffold(params):
+    """A Scaffold whose saver loads the EMA shadow values into the model variables."""
+    return tf1.train.Scaffold(saver=checkpoints.ema_restore_saver(
+        params.config.moving_average_decay, sharded=True))
+
+
+def _predict_spec(features, class_outputs, box_outputs, params):
+    height, width = hparams_config.parse_image_size(params.config.image_size)
+    batch = tf.shape(features['images'])[0]
+    image_ids = features.get('source_ids', tf.zeros([batch], tf.int64))
+    scales = features.get('image_scales', tf.ones([batch], tf.float32))
+    sizes = features.get('image_sizes', tf.tile([[height, width]], [batch, 1]))
+    detections, num_detections = postprocess.generate_detections(
+        class_outputs, box_outputs, _anchor_boxes(params), image_ids, scales, sizes,
+        num_classes=params.config.num_classes, **hparams_config.nms_settings(params.config))
+    predictions = {'detections': detections, 'num_detections': num_detections}
+    for key in PREDICT_PASSTHROUGH:
+        if key in features:
+            predictions[key] = features[key]
+    return tf1.estimator.EstimatorSpec(
+        tf1.estimator.ModeKeys.PREDICT, predictions=predictions, scaffold=_ema_scaffold(params))
+
+
+def model_fn(features, labels, mode, params):
+    """Estimator model_fn; see the module docstring for `params`."""
+    params = model_params.view(params)
+    is_training = mode == tf1.estimator.ModeKeys.TRAIN
+    class_outputs, box_outputs = _build_network(features, params, is_training)
+    if mode == tf1.estimator.ModeKeys.PREDICT:
+        return _predict_spec(features, class_outputs, box_outputs, params)
+
+    loss_terms = _detection_losses(class_outputs, box_outputs, labels, params)
+    l2_loss = _weight_decay_loss(params.config.weight_decay)
+    total_loss = loss_terms['total_loss'] + l2_loss
+    if mode == tf1.estimator.ModeKeys.EVAL:
+        metrics = {'eval/' + k: tf1.metrics.mean(v) for k, v in loss_terms.items()}
+        return tf1.estimator.EstimatorSpec(mode, loss=total_loss, eval_metric_ops=metrics,
+                                           scaffold=_ema_scaffold(params))
+
+    global_step = tf1.train.get_or_create_global_step()
+    base_rate, warmup_init = _scaled_learning_rates(params)
+    steps_per_epoch = params.run.steps_per_epoch
+    learning_rate = learning_rate_schedule(
+        global_step, base_rate=base_rate, warmup_init=warmup_init,
+        warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
+        total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
+        first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
+        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
+    warm_start.apply(params.run)
+    train_op, grad_norm, finite = _train_op(total_loss, params, learning_rate)
+    logged = dict(loss_terms, l2_loss=l2_loss, loss=total_loss, learning_rate=learning_rate,
+                  grad_norm=grad_norm)
+    for name, value in logged.items():
+        tf1.summary.scalar('train/' + name, value)
+    tf1.add_to_collection(FINITE_GUARD_COLLECTION, finite)
+    tf1.add_to_collection(FINITE_GUARD_COLLECTION, total_loss)
+    for name in TRAIN_LOG_KEYS:
+        tf1.add_to_collection(TRAIN_LOG_COLLECTION, tf.cast(logged[name], tf.float32))
+    return tf1.estimator.EstimatorSpec(
+        mode, loss=total_loss, train_op=train_op, scaffold=_train_scaffold(),
+        training_hooks=distributed.broadcast_hook())
+
+
+def _train_scaffold():
+    """The default Scaffold without its readiness checks: report_uninitialized_variables over
+    every variable, built and run twice at session creation (seconds for D0), wait for another
+    task to initialise shared variables. Every rank here initialises or restores all of its
+    own (a checkpoint missing a variable fails its restore)."""
+    ready = tf.constant([], tf.string, name='all_variables_ready')
+    return tf1.train.Scaffold(ready_op=ready, ready_for_local_init_op=ready)

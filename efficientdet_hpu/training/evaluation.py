@@ -1,0 +1,219 @@
+"""COCO evaluation of checkpoints, distributed over ranks.
+
+Each rank predicts its shard of the validation set with the EMA weights; detections and
+ground truth are gathered to rank 0, which runs pycocotools once, so the AP equals that of a
+single-process evaluation. Rank 0 prints the table, writes metrics JSON, TensorBoard summaries,
+a line in the JSON log, and keeps the best checkpoint by AP in model_dir/best.
+Distributed evaluation reads checkpoints from model_dir: with several boxes it must be on
+storage every box can read.
+"""
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from efficientdet_hpu.data import dataloader
+from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.training import coco_metric
+from efficientdet_hpu.training import data_faults
+from efficientdet_hpu.training import det_model_fn
+from efficientdet_hpu.training import run_log
+
+tf1 = tf.compat.v1
+
+BEST_DIR = 'best'
+
+
+def _eval_input_fn(run):
+    options = run.options
+    reader = dataloader.InputReader(
+        options.validation_file_pattern, is_training=False, num_shards=distributed.size(),
+        shard_index=distributed.rank(), max_examples=options.eval_samples or None,
+        skip=run.eval_skip)
+    per_rank_batch = options.eval_batch_size  # Per rank, as --train_batch_size.
+
+    def input_fn(params):
+        dataset = reader(dict(params, batch_size=per_rank_batch))
+
+        def as_features(images, labels):
+            features = {key: labels[key] for key in det_model_fn.PREDICT_PASSTHROUGH}
+            features['images'] = images
+            return features
+        return dataset.map(as_features)
+    return input_fn
+
+
+def predict_shard(run, checkpoint):
+    """Runs this rank's shard; returns (image_ids [N], detections [M,7], groundtruth [N,K,7])."""
+    image_ids, detections, groundtruth = [], [], []
+    predictions = run.estimator.predict(_eval_input_fn(run), checkpoint_path=checkpoint,
+                                        yield_single_examples=False)
+    for batch in predictions:
+        image_ids.append(batch['source_ids'])
+        groundtruth.append(batch['groundtruth_data'])
+        for rows, count, image_id in zip(batch['detections'], batch['num_detections'],
+                                         batch['source_ids']):
+            # float32 rows hold ids exactly only below 2**24; take the int64 id instead.
+            rows = rows[:count].astype(np.float64)
+            rows[:, 0] = image_id
+            detections.append(rows)
+    k = run.config.max_instances_per_image
+    return (np.concatenate(image_ids) if image_ids else np.zeros([0], np.int64),
+            np.concatenate(detections) if detections else np.zeros([0, 7], np.float64),
+            np.concatenate(groundtruth) if groundtruth else np.zeros([0, k, 7], np.float32))
+
+
+def _gather(array):
+    return np.concatenate(distributed.allgather_numpy(array))
+
+
+def _metric(run):
+    label_map = run.label_map
+    return coco_metric.EvaluationMetric(
+        val_json_file=run.options.val_json_file,
+        label_map=label_map.label_to_category_id if label_map else None,
+        class_names=label_map.label_to_name if label_map else None,
+        testdev_dir=run.options.testdev_dir)
+
+
+def _checkpoint_present(checkpoint):
+    return tf.io.gfile.exists(checkpoint + '.index')
+
+
+def _predict_unless_removed(run, checkpoint):
+    """This rank's predict_shard, or None when the checkpoint is gone: a training job beside
+    this evaluator rotated it out (keep_checkpoint_max) before or while it was read."""
+    if not _checkpoint_present(checkpoint):
+        return None
+    try:
+        with data_faults.named_data_errors(run.options.validation_file_pattern,
+                                           run.config.num_classes):
+            return predict_shard(run, checkpoint)
+    except (tf.errors.NotFoundError, ValueError):
+        if _checkpoint_present(checkpoint):
+            raise
+        return None
+
+
+def evaluate_checkpoint(run, checkpoint):
+    """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank, or None
+    when the checkpoint was removed before it could be read (every rank then moves on)."""
+    step = checkpoints.checkpoint_step(checkpoint)
+    logging.info('evaluating %s (step %d)', os.path.basename(checkpoint), step)
+    shard = _predict_unless_removed(run, checkpoint)
+    if any(lost for lost in distributed.allgather_numpy(shard is None)):
+        logging.warning('%s was removed before evaluation (the training job keeps only '
+                        '--keep_checkpoint_max checkpoints); moving on',
+                        os.path.basename(checkpoint))
+        return None
+    image_ids, detections, groundtruth = shard
+    image_ids, detections = _gather(image_ids), _gather(detections)
+    groundtruth = _gather(groundtruth)
+    metrics = None
+    if distributed.is_main():
+        metric = _metric(run)
+        metric.update_state(image_ids, detections, groundtruth)
+        metrics = metric.evaluate()
+        if metrics:
+            _report(run, checkpoint, step, metrics, len(image_ids))
+        else:
+            logging.info('test-dev detections written to %s', run.options.testdev_dir)
+    return distributed.broadcast_object(metrics)
+
+
+def _report(run, checkpoint, step, metrics, num_images):
+    model_dir = run.options.model_dir
+    print('COCO evaluation of %s (step %d, %d images):\n%s'
+          % (os.path.basename(checkpoint), step, num_images, coco_metric.format_table(metrics)),
+          flush=True)
+    coco_metric.write_metrics_json(metrics, model_dir, step)
+    _write_summaries(os.path.join(model_dir, 'eval'), metrics, step)
+    run_log.append_json_log(model_dir, dict(
+        {'event': 'eval', 'step': step}, **{k: _finite_or_none(v) for k, v in metrics.items()}))
+    keep_best(model_dir, checkpoint, step, metrics)
+
+
+def _finite_or_none(value):
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def _write_summaries(directory, metrics, step):
+    values = [tf1.Summary.Value(tag='eval/' + name.replace('/', '_'), simple_value=float(v))
+              for name, v in metrics.items() if np.isfinite(float(v))]
+    with tf.Graph().as_default():  # The v1 writer refuses eager mode.
+        writer = tf1.summary.FileWriter(directory)
+        writer.add_summary(tf1.Summary(value=values), step)
+        writer.close()
+
+
+def keep_best(model_dir, checkpoint, step, metrics):
+    """Copies `checkpoint` to model_dir/best when its AP beats the kept one (swap by rename)."""
+    best_dir = os.path.join(model_dir, BEST_DIR)
+    record = os.path.join(best_dir, 'best_eval.json')
+    if os.path.exists(record):
+        with open(record) as f:
+            if json.load(f)['AP'] >= metrics['AP']:
+                return False
+    staging = best_dir + '.tmp-%d' % os.getpid()
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    for path in glob.glob(checkpoint + '.*'):
+        shutil.copy2(path, staging)
+    name = os.path.basename(checkpoint)
+    with open(os.path.join(staging, 'checkpoint'), 'w') as f:
+        f.write('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n' % (name, name))
+    with open(os.path.join(staging, 'best_eval.json'), 'w') as f:
+        json.dump({'step': step, 'checkpoint': name, 'AP': float(metrics['AP']),
+                   'metrics': {k: _finite_or_none(v) for k, v in metrics.items()}}, f, indent=1)
+    retired = best_dir + '.old-%d' % os.getpid()
+    if os.path.exists(best_dir):
+        os.rename(best_dir, retired)
+    os.rename(staging, best_dir)
+    shutil.rmtree(retired, ignore_errors=True)
+    logging.info('new best AP %.4f at step %d kept in %s', metrics['AP'], step, best_dir)
+    return True
+
+
+def _latest_checkpoint(run):
+    latest = (checkpoints.latest_checkpoint(run.options.model_dir) if distributed.is_main()
+              else None)
+    return distributed.broadcast_object(latest)
+
+
+def evaluate_latest(run):
+    checkpoint = _latest_checkpoint(run)
+    if checkpoint is None:
+        logging.warning('no checkpoint in %s to evaluate', run.options.model_dir)
+        return None
+    return evaluate_checkpoint(run, checkpoint)
+
+
+def _next_checkpoint(run, iterator):
+    checkpoint = next(iterator, None) if distributed.is_main() else None
+    return distributed.broadcast_object(checkpoint)
+
+
+def evaluate_continuously(run):
+    """Evaluates each new checkpoint until the final step, or eval_timeout without one."""
+    options = run.options
+    iterator = None
+    if distributed.is_main():
+        iterator = tf1.train.checkpoints_iterator(
+            options.model_dir, min_interval_secs=options.min_eval_interval,
+            timeout=options.eval_timeout)
+    while True:
+        checkpoint = _next_checkpoint(run, iterator)
+        if checkpoint is None:
+            logging.info('no new checkpoint within --eval_timeout=%s s; stopping',
+                         options.eval_timeout)
+            return
+        evaluate_checkpoint(run, checkpoint)
+        if checkpoints.checkpoint_step(checkpoint) >= run.total_steps:
+            logging.info('evaluated the final step %d; stopping', run.total_steps)
+            return

@@ -1,0 +1,133 @@
+"""The modes of a run: train, eval (continuous, beside a training job) and train_and_eval
+(an evaluation after each epoch), over a prepared Run (training/run_setup.py).
+
+Errors that are the user's to fix derive from runtime.cli.UserError (main.py prints their one
+line and exits 2); a data error while reading shards becomes one (training/data_faults.py),
+and so does a full disk (`disk_full_message`).
+"""
+import glob
+import os
+import shutil
+
+from absl import logging
+
+from efficientdet_hpu.core import cli
+from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import benchmark
+from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.training import coverage_check
+from efficientdet_hpu.training import data_faults
+from efficientdet_hpu.training import evaluation
+from efficientdet_hpu.training import hooks
+from efficientdet_hpu.training import run_log
+from efficientdet_hpu.training.run_setup import train_input_fn
+
+
+def current_step(run):
+    """Rank 0's checkpointed step, shared so every rank makes the same decisions."""
+    step = 0
+    if distributed.is_main():
+        latest = checkpoints.latest_checkpoint(run.options.model_dir)
+        step = checkpoints.checkpoint_step(latest) if latest else 0
+    return distributed.broadcast_object(step)
+
+
+def train_until(run, max_steps):
+    if current_step(run) >= max_steps:
+        return
+    pattern = None if run.options.use_fake_data else run.options.training_file_pattern
+    with data_faults.named_data_errors(pattern, run.config.num_classes):
+        run.estimator.train(train_input_fn(run), max_steps=max_steps,
+                            hooks=hooks.make_training_hooks(run.options, run.total_steps,
+                                                            max_steps))
+
+
+def execute(run):
+    """Runs the mode; returns the process exit status."""
+    options = run.options
+    if options.benchmark:
+        return benchmark.run_benchmark(run)
+    if options.mode != 'eval':
+        check_anchor_coverage(run)
+        announce_resume(run)
+    if options.mode == 'eval':
+        evaluation.evaluate_continuously(run)
+    elif options.mode == 'train':
+        train_until(run, run.total_steps)
+        if options.eval_after_training:
+            evaluation.evaluate_latest(run)
+    else:
+        epochs = run.total_steps // run.steps_per_epoch
+        for epoch in range(1, epochs + 1):
+            step = min(epoch * run.steps_per_epoch, run.total_steps)
+            if current_step(run) >= step and epoch < epochs:
+                continue
+            train_until(run, step)
+            evaluation.evaluate_latest(run)
+    report_skipped(run)
+    return 0
+
+
+def announce_resume(run):
+    """One line naming the checkpoint a training run continues from (TF's own is hidden)."""
+    if not distributed.is_main():
+        return
+    latest = checkpoints.latest_checkpoint(run.options.model_dir)
+    if latest:
+        logging.info('resuming from %s (step %d)', latest, checkpoints.checkpoint_step(latest))
+
+
+def check_anchor_coverage(run):
+    """The data doctor's coverage check at start (training/coverage_check.py, NumPy on
+    annotations only): one line per class whose boxes mostly miss the anchors, pointing to
+    the doctor.
+    Annotations: --val_json_file when given, else the training TFRecords. Never stops a run."""
+    options = run.options
+    if not distributed.is_main() or options.use_fake_data:
+        return
+    json_file = options.val_json_file or None
+    try:
+        lines = coverage_check.low_coverage_warnings(
+            run.config, json_file, file_pattern=None if json_file else
+            options.training_file_pattern, hparams=options.hparams)
+    except (cli.UserError, OSError, ValueError) as error:
+        logging.info('anchor coverage check skipped: %s', error)
+        return
+    for line in lines:
+        logging.warning(line)
+
+
+def report_skipped(run):
+    """With --skip_bad_records: what was left out, on the screen and in the JSON log."""
+    for name, skips in (('training', run.train_skip), ('validation', run.eval_skip)):
+        if skips is None or not (skips.count or skips.readable):
+            continue
+        print('--skip_bad_records: the %s data had %s%s' % (
+            name, skips.describe(), '; shards cut short: %s' % ', '.join(
+                sorted(os.path.basename(p) for p in skips.readable)) if skips.readable else ''),
+              flush=True)
+        if distributed.is_main():
+            run_log.append_json_log(run.options.model_dir, dict(
+                skips.as_json(), event='skipped_records', data=name,
+                cut_short=sorted(skips.readable)))
+
+
+def _checkpoint_bytes(model_dir):
+    """Size of the newest checkpoint's files: about what the next one needs."""
+    latest = checkpoints.latest_checkpoint(model_dir)
+    return sum(os.path.getsize(path) for path in glob.glob(latest + '.*')) if latest else None
+
+
+def disk_full_message(error, model_dir):
+    """One line for an out-of-space error while training or evaluating into model_dir (the
+    newest complete checkpoint stays loadable: TensorFlow names it in `checkpoint` only once
+    its files are whole), or None for any other error."""
+    if not cli.is_disk_full(error):
+        return None
+    for partial in glob.glob(os.path.join(model_dir or '.', 'model.ckpt-*_temp*')):
+        shutil.rmtree(partial, ignore_errors=True)  # A checkpoint the disk could not hold.
+    latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
+    return cli.disk_full_message(
+        error, model_dir or '.', needed_bytes=_checkpoint_bytes(model_dir) if latest else None,
+        fix='free space there (or use another --model_dir) and rerun the same command: it '
+            'resumes from %s' % (os.path.basename(latest) if latest else 'the start'))

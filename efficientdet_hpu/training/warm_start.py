@@ -1,0 +1,98 @@
+"""Warm starts: `--backbone_ckpt` (backbone only) and `--ckpt` (a whole detector).
+
+Both set variable initialisers with tf.compat.v1.train.init_from_checkpoint, so they only take
+effect on a fresh model_dir: a run that resumes from its own checkpoint restores that instead.
+EMA shadow values are preferred when the checkpoint has them (they are the weights that were
+evaluated). A checkpoint that does not fit is an error listing the mismatched variables; the
+one exception is the class head's prediction layer, re-initialised when the class count differs.
+
+google/automl's checkpoints (a model_dir, or a released efficientdet-dN directory) use the
+same variable names. Its COCO checkpoints have a 90-way class head (label = COCO category
+id): data converted with `--label_layout=category_id` have 90 classes too, so the head is
+kept and the fine-tune starts from automl's detector, classes included.
+"""
+import tensorflow as tf
+from absl import logging
+
+from efficientdet_hpu.data import label_map as label_map_lib
+from efficientdet_hpu.training import checkpoints
+
+tf1 = tf.compat.v1
+
+BACKBONE_PREFIX = 'efficientnet-'
+CLASS_PREDICT_MARK = 'class_net/class-predict'
+BOX_PREDICT_BIAS = 'box_net/box-predict/bias'
+_EMA_SUFFIX = '/' + checkpoints.EMA_NAME
+
+
+class CheckpointMismatchError(checkpoints.CheckpointError):
+    """A warm-start checkpoint does not fit the model being built."""
+
+
+def _model_variables(prefix=''):
+    return [v for v in tf1.global_variables()
+            if v.op.name.startswith(prefix) and v.op.name != 'global_step']
+
+
+def plan_restore(checkpoint, variables, allow_class_head_skip):
+    """Maps checkpoint names to variables.
+
+    Returns (assignment {ckpt_name: variable}, skipped [names], problems [lines]).
+    """
+    shapes = dict(tf.train.list_variables(checkpoint))
+    assignment, skipped, problems = {}, [], []
+    for variable in variables:
+        name = variable.op.name
+        source = name + _EMA_SUFFIX if name + _EMA_SUFFIX in shapes else name
+        want = variable.shape.as_list()
+        if source not in shapes:
+            problems.append('%s: missing in checkpoint' % name)
+        elif list(shapes[source]) != want:
+            if allow_class_head_skip and CLASS_PREDICT_MARK in name:
+                skipped.append(name)
+            else:
+                problems.append('%s: checkpoint has shape %s, model needs %s'
+                                % (name, list(shapes[source]), want))
+        else:
+            assignment[source] = variable
+    return assignment, skipped, problems
+
+
+def _restore(checkpoint, flag, variables, allow_class_head_skip):
+    checkpoint = checkpoints.resolve_checkpoint(checkpoint, flag)
+    if not variables:
+        raise CheckpointMismatchError('--%s: the model has no variables to restore' % flag)
+    assignment, skipped, problems = plan_restore(checkpoint, variables, allow_class_head_skip)
+    if problems:
+        shown = problems[:20] + (['... and %d more' % (len(problems) - 20)]
+                                 if len(problems) > 20 else [])
+        raise CheckpointMismatchError(
+            '--%s=%s does not fit this model (%d mismatched variables):\n  %s\nCheck '
+            '--model_name and the hparams the checkpoint was trained with.'
+            % (flag, checkpoint, len(problems), '\n  '.join(shown)))
+    if skipped:
+        logging.info('--%s: class head re-initialised (class count differs): %s%s',
+                     flag, ', '.join(skipped), _layout_hint(checkpoint))
+    tf1.train.init_from_checkpoint(checkpoint, assignment)
+    logging.info('--%s: %d variables initialised from %s', flag, len(assignment), checkpoint)
+
+
+def _layout_hint(checkpoint):
+    """A hint when the checkpoint's class head is automl's 90-way COCO head."""
+    shapes = dict(tf.train.list_variables(checkpoint))
+    classes, boxes = shapes.get(CLASS_PREDICT_MARK + '/bias'), shapes.get(BOX_PREDICT_BIAS)
+    coco = label_map_lib.CATEGORY_ID_NUM_CLASSES
+    if classes and boxes and classes[0] == coco * (boxes[0] // 4):
+        return ('; it is automl\'s 90-way COCO head (label = category id): convert data with '
+                'COCO category ids using --label_layout=category_id to keep it')
+    return ''
+
+
+def apply(run):
+    """Sets initialisers from run.ckpt or run.backbone_ckpt (a config.model_params.RunParams;
+    ckpt wins)."""
+    if run.ckpt:
+        _restore(run.ckpt, 'ckpt', _model_variables(), allow_class_head_skip=True)
+    elif run.backbone_ckpt:
+        backbone = [v for v in _model_variables() if v.op.name.startswith(BACKBONE_PREFIX)]
+        _restore(run.backbone_ckpt, 'backbone_ckpt', backbone, allow_class_head_skip=False)

@@ -1,0 +1,54 @@
+"""The checkout's commands run as a user runs them (main.py, inference.py, bench.py, python -m
+...), the flags of the tiny recipe they train, and the check of a user error's output.
+
+Plain functions imported by the test modules; fixtures live in conftest.py.
+"""
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A model small enough to build and step in seconds on 2 cores, same code paths as D0.
+TINY_HPARAMS = ('image_size=128,min_level=3,max_level=5,fpn_num_filters=16,'
+                'fpn_cell_repeats=1,box_class_repeats=1,jitter_min=0.9,jitter_max=1.1')
+
+
+def run_python(args, timeout=600, env=None, cwd=REPO):
+    """Runs `python args...` with the test interpreter; returns CompletedProcess (text, stderr
+    merged into stdout)."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
+    full_env.update(env or {})
+    return subprocess.run([sys.executable] + list(args), cwd=cwd, env=full_env, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_main(flags, timeout=600, env=None):
+    return run_python(['main.py'] + list(flags), timeout=timeout, env=env)
+
+
+def tiny_flags(dataset, model_dir, *extra, hparams=TINY_HPARAMS):
+    """main.py flags of a 2-step-per-epoch tiny run on `dataset` (the tiny_dataset fixture)."""
+    return ['--model_dir=%s' % model_dir, '--hparams=%s' % hparams,
+            '--training_file_pattern=%s' % dataset['train_pattern'],
+            '--validation_file_pattern=%s' % dataset['val_pattern'],
+            '--val_json_file=%s' % dataset['val_json'],
+            '--train_batch_size=2', '--eval_batch_size=2', '--num_examples_per_epoch=4',
+            '--log_every_n_steps=1', '--cp_every_n_steps=100'] + list(extra)
+
+
+def assert_one_line_error(result, *expected, starts_with=None):
+    """Asserts that a finished command failed as a user mistake must (core/cli.py): exit status
+    2, exactly one line holding 'error:' in its output, no traceback. That line must begin
+    with `starts_with` (when given) and contain every string of `expected`. Reads stdout and
+    stderr both (run_python merges them into stdout). Returns the error line."""
+    output = (result.stdout or '') + (result.stderr or '')
+    assert result.returncode == 2, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if 'error:' in line]
+    assert len(errors) == 1, output[-3000:]
+    (line,) = errors
+    assert starts_with is None or line.startswith(starts_with), (starts_with, line)
+    missing = [part for part in expected if part not in line]
+    assert not missing, (missing, line)
+    return line

@@ -20,12 +20,12 @@ import collections
 import glob
 import json
 import os
-import sys
 
 from absl import app, flags
 
 from efficientdet_hpu.benchmarks import profile_parts
 from efficientdet_hpu.benchmarks import report
+from efficientdet_hpu.core import cli
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.cli import UserError
 
@@ -283,8 +283,7 @@ def main(argv):
     try:
         summary = summarize(find_trace(FLAGS.trace), FLAGS.steps, FLAGS.cores)
     except ProfileError as error:
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+        return cli.fail('profile_summary', error)
     print(render(summary, FLAGS.top))
     if FLAGS.json:
         write_json(summary, FLAGS.json)

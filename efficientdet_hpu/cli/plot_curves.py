@@ -8,7 +8,6 @@ Reads model_dir/train_log.jsonl (run_log.py writes `{"event": "train", "step", "
 backend (no display needed). Runs that resumed log a step twice: the later record wins.
 """
 import os
-import sys
 
 import matplotlib
 
@@ -16,6 +15,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
+from efficientdet_hpu.core import cli
 from efficientdet_hpu.core import atomic_file  # pylint: disable=wrong-import-position
 from efficientdet_hpu.training import run_log  # pylint: disable=wrong-import-position
 from efficientdet_hpu.core.cli import UserError  # pylint: disable=wrong-import-position
@@ -89,8 +89,7 @@ def main(argv):
     try:
         num_train, num_eval = plot_curves(flags.FLAGS.model_dir, flags.FLAGS.output)
     except CurvesError as error:
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+        return cli.fail('plot_curves', error)
     print('wrote %s (%d train, %d eval records)' % (flags.FLAGS.output, num_train, num_eval))
     return 0
 

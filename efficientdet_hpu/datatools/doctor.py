@@ -14,8 +14,8 @@ then advice: the aspect ratios, anchor_scale and image_size that raise coverage 
 own (efficientdet_hpu/data/anchor_coverage.py), and so is main.py's check at start
 (efficientdet_hpu/training/coverage_check.py).
 """
-import sys
 
+from efficientdet_hpu.core import cli
 from efficientdet_hpu.core import tf_env  # noqa: F401  (before TensorFlow)
 
 import numpy as np  # pylint: disable=wrong-import-position
@@ -173,8 +173,7 @@ def main(argv):
             print('Wrote %s' % options.write_recipe)
     except (DoctorInputError, hparams_config.ConfigError, doctor_data.LabelMapError,
             OSError) as error:
-        print('error: %s' % error, file=sys.stderr)
-        return 2
+        return cli.fail('dataset.doctor', error)
     return 0
 
 

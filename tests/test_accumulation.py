@@ -43,14 +43,14 @@ def test_float16_overflow_in_any_micro_batch_skips_the_whole_step():
         weight = tf1.get_variable('w', initializer=1.0)
 
         def micro_batch_loss(factor):
-            return tf.cast(tf.cast(weight, tf.float16) * tf.constant(factor, tf.float16),
+            return tf.cast(tf.cast(weight, tf.float16) * tf.cast(factor, tf.float16),
                            tf.float32)
         config = hparams_config.get_efficientdet_config()
         config.override(dict(momentum=0.0, moving_average_decay=0.9, clip_gradients_norm=0.0))
         params = model_params.ModelParams(config, model_params.RunParams(
             batch_size=1, accumulation_steps=2, compute_dtype='float16'))
         train_op, _, keep_going = det_model_fn._train_op(
-            micro_batch_loss(1.0), params, 0.01, [lambda: micro_batch_loss(4.0)])
+            micro_batch_loss(1.0), params, 0.01, [4.0], micro_batch_loss)
         scale = [v for v in tf1.global_variables() if v.name == 'loss_scale/scale:0'][0]
         step = tf1.train.get_or_create_global_step()
         with tf1.Session() as session:
@@ -93,6 +93,16 @@ def test_global_batch_size_derives_the_steps_and_names_a_bad_value(tmp_path):
                config, 2, 4)
     with pytest.raises(hparams_config.ConfigError, match='gradient_accumulation_steps'):
         hparams_config.validate(config.override({'gradient_accumulation_steps': 0}))
+
+
+def test_a_recipe_may_give_the_global_batch_or_the_accumulation_steps(tmp_path):
+    from efficientdet_hpu.config import recipe  # pylint: disable=import-outside-toplevel
+    path = tmp_path / 'recipe.yaml'
+    path.write_text('global_batch_size: 64\ngradient_accumulation_steps: 2\n')
+    read = recipe.read_recipe(str(path))
+    assert read.run_options == {'global_batch_size': 64}  # main.py's flag of that name.
+    config = recipe.build_config('efficientdet-d0', read)
+    assert config.gradient_accumulation_steps == 2
 
 
 def _learning_rates(run, steps):

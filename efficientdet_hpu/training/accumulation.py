@@ -6,7 +6,7 @@ the micro-batches' gradients (`sum_gradients`); the sum is then averaged over ra
 applied once. Everything is one graph run by one session.run: no host round trip per
 micro-batch, so it is the same graph on CPU, GPU and HPU.
 
-The micro-batches run one after another: micro-batch k+1's ops wait (a control dependency)
+The micro-batches run one after another: micro-batch k+1's inputs wait (a control dependency)
 until micro-batch k's gradients are added to the running sum and its batch-norm moving-average
 updates are done, so only one micro-batch's activations are alive at a time, and the moving
 averages are updated in micro-batch order (deterministic).
@@ -40,15 +40,18 @@ def split_micro_batches(tensors, num_micro_batches):
             for k in range(num_micro_batches)]
 
 
-def sum_gradients(first_loss, next_losses, variables, scale_loss=None):
-    """Gradients of first_loss + each of next_losses, one micro-batch after the other.
+def sum_gradients(first_loss, later_micro_batches, build_loss, variables, scale_loss=None):
+    """Gradients of first_loss plus the losses of later micro-batches, one after the other.
 
     Args:
       first_loss: float32 scalar, the first micro-batch's loss, already built (so its
         network's variables exist before the caller creates optimizer state).
-      next_losses: callables, each building the next micro-batch's network and returning its
-        float32 scalar loss; called here, under a control dependency on the previous
-        micro-batch's gradients and batch-norm updates (UPDATE_OPS added since the last one).
+      later_micro_batches: the other micro-batches (nests of tensors, split_micro_batches).
+      build_loss: f(micro-batch) -> its float32 scalar loss (builds its network). It gets the
+        micro-batch through identities that wait (a control dependency) for the previous
+        micro-batch's summed gradients and batch-norm updates (UPDATE_OPS added since). Only
+        those identities carry the dependency: a control input on every op would stop
+        Grappler's fusions (convolution + bias + activation) in the later networks.
       variables: the variables to differentiate with respect to.
       scale_loss: None or f(loss) -> loss times the float16 loss scale; the gradients are then
         those of the scaled losses, summed before any unscaling. An overflow (inf/NaN) in any
@@ -60,10 +63,10 @@ def sum_gradients(first_loss, next_losses, variables, scale_loss=None):
     scale_loss = scale_loss or (lambda loss: loss)
     seen_updates = set()
     total, summed = first_loss, _gradients(scale_loss(first_loss), variables)
-    for build_loss in next_losses:
-        gate = _after(summed, _new_update_ops(seen_updates))
-        with tf.control_dependencies([gate]):
-            loss = build_loss()
+    for micro_batch in later_micro_batches:
+        with tf.control_dependencies([_after(summed, _new_update_ops(seen_updates))]):
+            micro_batch = tf.nest.map_structure(tf.identity, micro_batch)
+        loss = build_loss(micro_batch)
         total = total + loss
         summed = [_add(a, b) for a, b in zip(summed, _gradients(scale_loss(loss), variables))]
     return total, summed

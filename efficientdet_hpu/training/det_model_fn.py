@@ -137,13 +137,13 @@ def _optimizer(params, learning_rate):
     return optimizer  # Gradients are averaged over ranks in _train_op, once per step.
 
 
-def _train_op(total_loss, params, learning_rate, micro_batch_losses=()):
+def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_loss=None):
     """Gradients (summed over micro-batches, then averaged across ranks), clipping, a
     finite-guarded update and the EMA.
 
-    total_loss: the step's (first micro-batch's) loss; micro_batch_losses: callables building
-    the losses of the step's further micro-batches (training/accumulation.py), each called
-    once the previous micro-batch's gradients are done.
+    total_loss: the step's (first micro-batch's) loss; micro_batches: the step's further
+    micro-batches and micro_batch_loss(micro-batch) -> its loss, built one after the other
+    (training/accumulation.py).
     Returns (train_op, gradient norm, keep_going): keep_going is False when the step was
     skipped for a non-finite loss or gradients (training stops there), but not for a float16
     overflow the dynamic loss scale absorbs (training/loss_scale.py: skip, halve, go on)."""
@@ -153,7 +153,8 @@ def _train_op(total_loss, params, learning_rate, micro_batch_losses=()):
     scaler = (loss_scale.DynamicLossScale() if params.run.compute_dtype == 'float16'
               else None)
     total_loss, grads = accumulation.sum_gradients(
-        total_loss, micro_batch_losses, variables, scaler.scale_loss if scaler else None)
+        total_loss, micro_batches, micro_batch_loss, variables,
+        scaler.scale_loss if scaler else None)
     grads = distributed.allreduce_gradients(grads)  # One allreduce per optimizer step.
     grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
     global_norm = tf.linalg.global_norm(grads)
@@ -261,9 +262,8 @@ def _train_spec(features, labels, params):
         second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
     warm_start.apply(params.run)
     train_op, grad_norm, finite = _train_op(
-        first_loss + l2_loss, params, learning_rate,
-        [functools.partial(_micro_batch_loss, batch, params, normalizer, terms, reuse=True)
-         for batch in micro_batches[1:]])
+        first_loss + l2_loss, params, learning_rate, micro_batches[1:], functools.partial(
+            _micro_batch_loss, params=params, normalizer=normalizer, terms=terms, reuse=True))
     # The step's loss terms: sums over micro-batches (each already divided by the step's
     # normalizer), as one batch of K x b images would give them.
     loss_terms = {key: tf.add_n([t[key] for t in terms]) for key in terms[0]}

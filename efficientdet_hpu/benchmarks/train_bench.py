@@ -53,7 +53,9 @@ def child_env(onednn):
 
 def _train_row(batch_size, per_rank, command, onednn):
     main_result = min(per_rank, key=lambda r: r.get('rank', 0))
-    row = dict(main_result, batch_per_rank=batch_size, global_batch=batch_size * len(per_rank),
+    accumulated = main_result.get('accumulation_steps', 1)  # --hparams=gradient_accumulation_steps
+    row = dict(main_result, batch_per_rank=batch_size,
+               global_batch=batch_size * len(per_rank) * accumulated,
                onednn=onednn,
                peak_host_memory_mb=max(r['peak_host_memory_mb'] for r in per_rank),
                command=' '.join(command))

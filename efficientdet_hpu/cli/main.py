@@ -32,6 +32,13 @@ def define_flags():
                         're-initialised when the class count differs).')
     flags.DEFINE_integer('train_batch_size', 64, 'Training images per rank (per card); the '
                          'global batch is this times the number of ranks.')
+    flags.DEFINE_integer('gradient_accumulation_steps', None, 'Micro-batches of '
+                         '--train_batch_size per rank summed into one optimizer step: the '
+                         'global batch is ranks x train_batch_size x this (default: the '
+                         "recipe's gradient_accumulation_steps, 1).")
+    flags.DEFINE_integer('global_batch_size', None, "A recipe's global batch: the run derives "
+                         '--gradient_accumulation_steps = this / (ranks x train_batch_size), '
+                         'an error when that is not a whole number.')
     flags.DEFINE_integer('eval_batch_size', 8, 'Evaluation images per rank.')
     flags.DEFINE_integer('eval_samples', 0, 'Evaluate on the first N images (0: all).')
     flags.DEFINE_string('training_file_pattern', None, 'Glob of training TFRecords.')

@@ -78,6 +78,9 @@ _DEFAULTS = {
     'first_lr_drop_epoch': 200.0,
     'second_lr_drop_epoch': 250.0,
     'clip_gradients_norm': 10.0,
+    # Micro-batches of train_batch_size per rank summed into one optimizer step (the global
+    # batch is ranks x train_batch_size x this); main.py's --global_batch_size derives it.
+    'gradient_accumulation_steps': 1,
     'weight_decay': 4e-5,
     'moving_average_decay': 0.9998,
     'num_epochs': 300,
@@ -381,6 +384,9 @@ def validate(config):
                           'at least two levels), got %d..%d' % (config.min_level, config.max_level))
     if config.num_classes < 1:
         raise ConfigError('num_classes must be >= 1, got %d' % config.num_classes)
+    if config.gradient_accumulation_steps < 1:
+        raise ConfigError('gradient_accumulation_steps must be >= 1 (1: no accumulation), got %d'
+                          % config.gradient_accumulation_steps)
     if not 0 <= config.jitter_min <= config.jitter_max:
         raise ConfigError('need 0 <= jitter_min <= jitter_max, got %s..%s'
                           % (config.jitter_min, config.jitter_max))

@@ -17,9 +17,11 @@ from efficientdet_hpu.config import hparams_config
 class RunParams:
     """The run's settings beside the model config.
 
-    batch_size: images per rank and step. global_batch_size: images per optimizer step over
-    all ranks (the learning rate scales with it). steps_per_epoch, total_steps: optimizer
-    steps. seed: graph seed or None. backbone_ckpt, ckpt: warm starts ('' for none).
+    batch_size: images per rank and micro-batch (--train_batch_size). accumulation_steps:
+    micro-batches per optimizer step (gradient accumulation; the training input batch per rank
+    is batch_size x accumulation_steps). global_batch_size: images per optimizer step over all
+    ranks and micro-batches (the learning rate scales with it). steps_per_epoch, total_steps:
+    optimizer steps. seed: graph seed or None. backbone_ckpt, ckpt: warm starts ('' for none).
     compute_dtype: 'float32', 'bfloat16' or 'float16' for training. cross_rank_batch_norm:
     batch norm statistics over all ranks (the config's sync_batch_norm with more than one rank).
     """
@@ -32,6 +34,12 @@ class RunParams:
     ckpt: str = ''
     compute_dtype: str = 'float32'
     cross_rank_batch_norm: bool = False
+    accumulation_steps: int = 1
+
+    @property
+    def step_batch_size(self):
+        """Training images per rank and optimizer step (all micro-batches)."""
+        return self.batch_size * self.accumulation_steps
 
 
 @dataclasses.dataclass(frozen=True)

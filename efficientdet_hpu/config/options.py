@@ -15,6 +15,8 @@ class RunOptions:
     backbone_ckpt: str
     ckpt: str
     train_batch_size: int
+    gradient_accumulation_steps: int  # None: the recipe's (hparams key of that name).
+    global_batch_size: int  # None: ranks x train_batch_size x gradient_accumulation_steps.
     eval_batch_size: int
     eval_samples: int
     training_file_pattern: str

@@ -9,7 +9,8 @@ from efficientdet_hpu.config.hparams_config import Config, flatten_keys
 
 # Recipe keys that set one of main.py's run options (a flag of the same name), not an hparam.
 RUN_OPTION_KEYS = (
-    'mode', 'model_name', 'train_batch_size', 'eval_batch_size', 'eval_samples',
+    'mode', 'model_name', 'train_batch_size', 'global_batch_size', 'eval_batch_size',
+    'eval_samples',
     'training_file_pattern', 'validation_file_pattern', 'val_json_file',
     'num_examples_per_epoch', 'num_epochs', 'iterations_per_loop', 'log_every_n_steps',
     'cp_every_n_steps', 'keep_checkpoint_max', 'eval_after_training', 'use_amp', 'use_xla',

@@ -222,7 +222,8 @@ class InputReader:
         self._skip = skip if skip is not None and (skip.bad or skip.readable) else None
 
     def __call__(self, params, input_context=None):
-        """Returns a tf.data.Dataset of (images float32 [B, H, W, 3], labels dict).
+        """Returns a tf.data.Dataset of (images float32 [B, H, W, 3], labels dict); B is the
+        run's batch_size, times accumulation_steps when training.
 
         params: the Estimator's params dict (or its config.model_params view)."""
         params = model_params.view(params)
@@ -239,8 +240,13 @@ class InputReader:
             dataset = self._records(num_shards, shard_index, seed, params)
             process = self._example_fn(params, output_size, labeler, seed)
             dataset = dataset.enumerate().map(process, num_parallel_calls=AUTOTUNE)
-            dataset = dataset.batch(params.run.batch_size, drop_remainder=self._is_training)
+            dataset = dataset.batch(self._batch_size(params), drop_remainder=self._is_training)
         return dataset.prefetch(AUTOTUNE).with_options(self._options())
+
+    def _batch_size(self, params):
+        """Images per rank and batch: training reads all micro-batches of an optimizer step
+        (batch_size x accumulation_steps; model_fn cuts them), evaluation batch_size."""
+        return params.run.step_batch_size if self._is_training else params.run.batch_size
 
     @property
     def _ordered(self):
@@ -351,7 +357,7 @@ class InputReader:
             targets = labeler.label(boxes, labels.astype(np.int32) - 1, np.zeros([2], np.int32))
             return image, _labels_dict(targets, tf.constant(1, tf.int64), 1.0, [height, width],
                                        tf.constant(rows))
-        batch_size = params.run.batch_size
+        batch_size = self._batch_size(params)
         return (tf.data.Dataset.range(batch_size).map(example)
                 .batch(batch_size, drop_remainder=True).cache().repeat())
 

@@ -110,6 +110,17 @@ def distributed_optimizer(optimizer):
     return _hvd.DistributedOptimizer(optimizer, op=_hvd.Average) if is_distributed() else optimizer
 
 
+def allreduce_gradients(gradients) -> list:
+    """Mean over workers of each gradient in one grouped allreduce (None kept); the list
+    itself if alone. What DistributedOptimizer.compute_gradients does, callable on gradients
+    summed over micro-batches, so a step with gradient accumulation allreduces once."""
+    if not is_distributed():
+        return list(gradients)
+    present = [tf.convert_to_tensor(g) for g in gradients if g is not None]
+    reduced = iter(_hvd.grouped_allreduce(present, op=_hvd.Average))
+    return [None if g is None else next(reduced) for g in gradients]
+
+
 def broadcast_hook() -> list:
     """Session hooks that copy rank 0's variables to all workers at start; [] if alone."""
     return [_hvd.BroadcastGlobalVariablesHook(0)] if is_distributed() else []

@@ -1,7 +1,9 @@
 """TPUEstimator-style `model_fn(features, labels, mode, params)` for tf.compat.v1.estimator.
 
 TRAIN: focal + box loss, L2 weight decay, momentum SGD on a warm-up + cosine (or step) schedule
-scaled with the global batch, gradient clipping, an exponential moving average of the weights.
+scaled with the global batch, gradient clipping, an exponential moving average of the weights;
+with params.run.accumulation_steps = K > 1 each rank's batch is K micro-batches whose gradients
+are summed before the one allreduce and update of the step (training/accumulation.py).
 EVAL: the losses of the EMA weights. PREDICT: detections of the EMA weights in original image
 pixels (what COCO evaluation and export consume).
 
@@ -9,6 +11,7 @@ pixels (what COCO evaluation and export consume).
 (config/model_params.py), read through its typed view: params.config (a Config) and
 params.run (a RunParams: batch sizes, steps, compute dtype, warm starts).
 """
+import functools
 import math
 import re
 
@@ -21,6 +24,7 @@ from efficientdet_hpu.ops import anchors
 from efficientdet_hpu.ops import losses
 from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import accumulation
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import loss_scale
 from efficientdet_hpu.training import warm_start
@@ -91,19 +95,25 @@ def _anchor_boxes(params):
                                          **hparams_config.anchor_settings(params.config))
 
 
-def _detection_losses(class_outputs, box_outputs, labels, params):
+def _loss_normalizer(labels):
+    """float32 scalar: the positives of this rank's whole batch (every micro-batch), averaged
+    over ranks, plus 1 / ranks. Every rank divides its loss sum by it and the gradients are
+    averaged over ranks, so a step's gradient is that of (loss sum over the global batch) /
+    (positives of the global batch + 1), whatever the ranks and micro-batches: 1 rank x 8
+    images, 2 ranks x 4 and 2 ranks x 2 micro-batches x 2 give the same step."""
+    positives = tf.reduce_sum(tf.cast(labels['num_positives'], tf.float32))
+    return distributed.allreduce_mean(positives) + 1.0 / distributed.size()
+
+
+def _detection_losses(class_outputs, box_outputs, labels, params, normalizer):
     config = params.config
     levels = range(config.min_level, config.max_level + 1)
-    num_positives_sum = tf.reduce_sum(labels['num_positives'])
-    if distributed.is_distributed():
-        # Every rank normalises by the same count: the mean over ranks of the per-rank sums.
-        num_positives_sum = distributed.allreduce_mean(num_positives_sum)
     return losses.detection_loss(
         class_outputs, box_outputs,
         {l: labels['cls_targets_%d' % l] for l in levels},
         {l: labels['box_targets_%d' % l] for l in levels},
         labels['num_positives'],
-        normalizer=num_positives_sum + 1.0,
+        normalizer=normalizer,
         num_classes=config.num_classes,
         anchors_per_location=hparams_config.anchors_per_location(config),
         alpha=config.alpha, gamma=config.gamma, delta=config.delta,
@@ -124,12 +134,16 @@ def _optimizer(params, learning_rate):
         optimizer = tf1.train.AdamOptimizer(learning_rate)
     else:
         optimizer = tf1.train.MomentumOptimizer(learning_rate, momentum=params.config.momentum)
-    return distributed.distributed_optimizer(optimizer)
+    return optimizer  # Gradients are averaged over ranks in _train_op, once per step.
 
 
-def _train_op(total_loss, params, learning_rate):
-    """Gradients (averaged across ranks), clipping, a finite-guarded update and the EMA.
+def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_loss=None):
+    """Gradients (summed over micro-batches, then averaged across ranks), clipping, a
+    finite-guarded update and the EMA.
 
+    total_loss: the step's (first micro-batch's) loss; micro_batches: the step's further
+    micro-batches and micro_batch_loss(micro-batch) -> its loss, built one after the other
+    (training/accumulation.py).
     Returns (train_op, gradient norm, keep_going): keep_going is False when the step was
     skipped for a non-finite loss or gradients (training stops there), but not for a float16
     overflow the dynamic loss scale absorbs (training/loss_scale.py: skip, halve, go on)."""
@@ -138,9 +152,10 @@ def _train_op(total_loss, params, learning_rate):
     variables = tf1.trainable_variables()
     scaler = (loss_scale.DynamicLossScale() if params.run.compute_dtype == 'float16'
               else None)
-    grads_and_vars = optimizer.compute_gradients(
-        scaler.scale_loss(total_loss) if scaler else total_loss, variables)
-    grads = [g for g, _ in grads_and_vars]
+    total_loss, grads = accumulation.sum_gradients(
+        total_loss, micro_batches, micro_batch_loss, variables,
+        scaler.scale_loss if scaler else None)
+    grads = distributed.allreduce_gradients(grads)  # One allreduce per optimizer step.
     grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
     global_norm = tf.linalg.global_norm(grads)
     if params.config.clip_gradients_norm > 0:
@@ -202,19 +217,40 @@ def _predict_spec(features, class_outputs, box_outputs, params):
 def model_fn(features, labels, mode, params):
     """Estimator model_fn; see the module docstring for `params`."""
     params = model_params.view(params)
-    is_training = mode == tf1.estimator.ModeKeys.TRAIN
-    class_outputs, box_outputs = _build_network(features, params, is_training)
+    if mode == tf1.estimator.ModeKeys.TRAIN:
+        return _train_spec(features, labels, params)
+    class_outputs, box_outputs = _build_network(features, params, is_training=False)
     if mode == tf1.estimator.ModeKeys.PREDICT:
         return _predict_spec(features, class_outputs, box_outputs, params)
 
-    loss_terms = _detection_losses(class_outputs, box_outputs, labels, params)
-    l2_loss = _weight_decay_loss(params.config.weight_decay)
-    total_loss = loss_terms['total_loss'] + l2_loss
-    if mode == tf1.estimator.ModeKeys.EVAL:
-        metrics = {'eval/' + k: tf1.metrics.mean(v) for k, v in loss_terms.items()}
-        return tf1.estimator.EstimatorSpec(mode, loss=total_loss, eval_metric_ops=metrics,
-                                           scaffold=_ema_scaffold(params))
+    loss_terms = _detection_losses(class_outputs, box_outputs, labels, params,
+                                   _loss_normalizer(labels))
+    total_loss = loss_terms['total_loss'] + _weight_decay_loss(params.config.weight_decay)
+    metrics = {'eval/' + k: tf1.metrics.mean(v) for k, v in loss_terms.items()}
+    return tf1.estimator.EstimatorSpec(mode, loss=total_loss, eval_metric_ops=metrics,
+                                       scaffold=_ema_scaffold(params))
 
+
+def _micro_batch_loss(batch, params, normalizer, terms, reuse=False):
+    """Builds the network on one micro-batch (features, labels) and returns its loss (a float32
+    scalar: its share of the step's loss, `normalizer` being the whole step's); appends its
+    loss terms to `terms`. reuse: the variables exist (a further micro-batch)."""
+    features, labels = batch
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=True if reuse else None):
+        class_outputs, box_outputs = _build_network(features, params, is_training=True)
+    terms.append(_detection_losses(class_outputs, box_outputs, labels, params, normalizer))
+    return terms[-1]['total_loss']
+
+
+def _train_spec(features, labels, params):
+    """TRAIN: one optimizer step over params.run.accumulation_steps micro-batches of this
+    rank's batch (features images [K x b, H, W, 3], labels likewise)."""
+    micro_batches = accumulation.split_micro_batches(
+        (features, labels), params.run.accumulation_steps)
+    normalizer, terms = _loss_normalizer(labels), []
+    # The first network is built here: warm starts and optimizer state need its variables.
+    first_loss = _micro_batch_loss(micro_batches[0], params, normalizer, terms)
+    l2_loss = _weight_decay_loss(params.config.weight_decay)  # Once per step.
     global_step = tf1.train.get_or_create_global_step()
     base_rate, warmup_init = _scaled_learning_rates(params)
     steps_per_epoch = params.run.steps_per_epoch
@@ -225,7 +261,13 @@ def model_fn(features, labels, mode, params):
         first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
         second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
     warm_start.apply(params.run)
-    train_op, grad_norm, finite = _train_op(total_loss, params, learning_rate)
+    train_op, grad_norm, finite = _train_op(
+        first_loss + l2_loss, params, learning_rate, micro_batches[1:], functools.partial(
+            _micro_batch_loss, params=params, normalizer=normalizer, terms=terms, reuse=True))
+    # The step's loss terms: sums over micro-batches (each already divided by the step's
+    # normalizer), as one batch of K x b images would give them.
+    loss_terms = {key: tf.add_n([t[key] for t in terms]) for key in terms[0]}
+    total_loss = loss_terms['total_loss'] + l2_loss
     logged = dict(loss_terms, l2_loss=l2_loss, loss=total_loss, learning_rate=learning_rate,
                   grad_norm=grad_norm)
     for name, value in logged.items():
@@ -235,7 +277,8 @@ def model_fn(features, labels, mode, params):
     for name in TRAIN_LOG_KEYS:
         tf1.add_to_collection(TRAIN_LOG_COLLECTION, tf.cast(logged[name], tf.float32))
     return tf1.estimator.EstimatorSpec(
-        mode, loss=total_loss, train_op=train_op, scaffold=_train_scaffold(),
+        tf1.estimator.ModeKeys.TRAIN, loss=total_loss, train_op=train_op,
+        scaffold=_train_scaffold(),
         training_hooks=distributed.broadcast_hook())
 
 

@@ -181,11 +181,12 @@ class FiniteGuardHook(tf1.train.SessionRunHook):
                 % (loss, step + 1))
 
 
-def make_training_hooks(options, total_steps, stop_step):
-    """The hooks of one Estimator.train() call that stops at `stop_step`."""
+def make_training_hooks(options, total_steps, stop_step, global_batch):
+    """The hooks of one Estimator.train() call that stops at `stop_step`; global_batch: images
+    per optimizer step over all ranks and accumulated micro-batches (for images/s)."""
     log_dir = run_setup.rank_log_dir(options)
     hooks = [FiniteGuardHook(), TrainLogHook(
-        log_dir, options.train_batch_size * distributed.size(), max(total_steps, stop_step),
+        log_dir, global_batch, max(total_steps, stop_step),
         options.log_every_n_steps, write_files=log_dir is not None, stop_step=stop_step)]
     if log_dir is not None:
         hooks.append(SummaryHook(log_dir, options.iterations_per_loop))

@@ -39,7 +39,8 @@ def train_until(run, max_steps):
     with data_faults.named_data_errors(pattern, run.config.num_classes):
         run.estimator.train(train_input_fn(run), max_steps=max_steps,
                             hooks=hooks.make_training_hooks(run.options, run.total_steps,
-                                                            max_steps))
+                                                            max_steps,
+                                                            run.params.global_batch_size))
 
 
 def execute(run):

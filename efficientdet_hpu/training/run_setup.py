@@ -224,18 +224,50 @@ def _build_estimator(options, params, device):
 
 
 def run_summary(config, device, world, per_rank_batch, total_steps, steps_per_epoch, params):
-    """The run's first line: the batch per rank and globally, the scaled learning rate and the
-    schedule, so a command carried over from another port shows at once what it means here."""
-    scale = per_rank_batch * world / float(config.lr_base_batch_size)
+    """The run's first line: the batch per rank (and the micro-batches accumulated) and
+    globally, the scaled learning rate and the schedule, so a command carried over from another
+    port shows at once what it means here."""
+    scale = params.global_batch_size / float(config.lr_base_batch_size)
     batch_norm = ''
     if world > 1:
         batch_norm = '; batch norm %s' % ('synchronised across ranks' if params.cross_rank_batch_norm
                                           else 'per rank')
-    return ('%s on %s x%d: batch %d per rank, global %d; learning rate %.4g (%.4g per %d '
+    accumulated = ''
+    if params.accumulation_steps > 1:
+        accumulated = ' x %d accumulated micro-batches' % params.accumulation_steps
+    return ('%s on %s x%d: batch %d per rank%s, global %d; learning rate %.4g (%.4g per %d '
             'images); %d steps (%d per epoch)%s; compute %s' % (
-                config.name, device, world, per_rank_batch, per_rank_batch * world,
-                config.learning_rate * scale, config.learning_rate, config.lr_base_batch_size,
-                total_steps, steps_per_epoch, batch_norm, params.compute_dtype))
+                config.name, device, world, per_rank_batch, accumulated,
+                params.global_batch_size, config.learning_rate * scale, config.learning_rate,
+                config.lr_base_batch_size, total_steps, steps_per_epoch, batch_norm,
+                params.compute_dtype))
+
+
+def accumulation_steps(options, config, per_rank_batch, world):
+    """Micro-batches per optimizer step: derived from --global_batch_size when given, else
+    --gradient_accumulation_steps, else the recipe's gradient_accumulation_steps. Records the
+    value in `config` (so model_dir/config.yaml says it)."""
+    asked = options.gradient_accumulation_steps
+    if asked is not None and asked < 1:
+        raise RunSetupError('--gradient_accumulation_steps=%d must be >= 1 (1: no '
+                            'accumulation)' % asked)
+    steps = asked or config.gradient_accumulation_steps
+    wanted = options.global_batch_size
+    if wanted is not None:
+        per_micro_batch = per_rank_batch * world
+        if wanted < 1 or wanted % per_micro_batch:
+            raise RunSetupError(
+                '--global_batch_size=%d is not a multiple of %d ranks x --train_batch_size=%d '
+                '= %d images; ask for a multiple of %d or change --train_batch_size'
+                % (wanted, world, per_rank_batch, per_micro_batch, per_micro_batch))
+        if asked is not None and asked != wanted // per_micro_batch:
+            raise RunSetupError(
+                '--gradient_accumulation_steps=%d disagrees with --global_batch_size=%d (%d '
+                'ranks x %d x %d = %d); give only one of them'
+                % (asked, wanted, world, per_rank_batch, asked, per_micro_batch * asked))
+        steps = wanted // per_micro_batch
+    config.gradient_accumulation_steps = steps
+    return steps
 
 
 def prepare(options, config, explicit_keys):
@@ -256,11 +288,12 @@ def prepare(options, config, explicit_keys):
     hparams_config.validate(config)
     world = distributed.size()
     # Per rank, as in Habana's port and Horovod practice: `mpirun -np 8 ... --train_batch_size 8`
-    # trains 64 images a step, and the learning rate (given per lr_base_batch_size images) and
-    # the steps per epoch follow that global batch.
+    # trains 64 images a step (times --gradient_accumulation_steps), and the learning rate
+    # (given per lr_base_batch_size images) and the steps per epoch follow that global batch.
     per_rank_batch = _check_batch('train_batch_size', options.train_batch_size)
     _check_batch('eval_batch_size', options.eval_batch_size)
-    global_batch = per_rank_batch * world
+    accumulated = accumulation_steps(options, config, per_rank_batch, world)
+    global_batch = per_rank_batch * world * accumulated
     steps_per_epoch = max(1, _examples_per_epoch(options) // global_batch)
     num_epochs = options.num_epochs if options.num_epochs is not None else config.num_epochs
     total_steps = steps_per_epoch * num_epochs
@@ -277,7 +310,8 @@ def prepare(options, config, explicit_keys):
         compute_dtype=(distributed.mixed_precision_dtype(device) if config.mixed_precision
                        else 'float32'),
         # Synchronised batch norm only means something with more than one rank.
-        cross_rank_batch_norm=bool(config.sync_batch_norm and world > 1))
+        cross_rank_batch_norm=bool(config.sync_batch_norm and world > 1),
+        accumulation_steps=accumulated)
     logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
                              steps_per_epoch, params))
     if options.mode != 'eval' and not options.save_graph_def and distributed.is_main():

@@ -35,7 +35,7 @@ def _damage(prefix, how):
 
 
 @pytest.mark.parametrize('how, why', [
-    ('cut .data', 'cannot be read from model.ckpt-2.data-00000-of-00001'),
+    ('cut .data', 'tensor '),  # ... cannot be read from model.ckpt-2.data-00000-of-00001 (N bytes)
     ('deleted .index', 'its index model.ckpt-2.index is missing')])
 def test_a_damaged_newest_checkpoint_is_named_and_training_resumes_before_it(
         tiny_dataset, tiny_trained_run, tmp_path, how, why):
@@ -43,7 +43,9 @@ def test_a_damaged_newest_checkpoint_is_named_and_training_resumes_before_it(
     _damage(os.path.join(model_dir, 'model.ckpt-2'), how)
     result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=2'))
     assert result.returncode == 0, result.stdout[-3000:]
-    assert 'model.ckpt-2 is damaged: %s' % why in result.stdout, result.stdout[-3000:]
+    assert 'WARNING model.ckpt-2 is damaged: %s' % why in result.stdout, result.stdout[-3000:]
+    if how == 'cut .data':
+        assert 'cannot be read from model.ckpt-2.data-00000-of-00001 (' in result.stdout
     assert ('(moved to %s/damaged); resuming from model.ckpt-0' % model_dir) in result.stdout
     assert 'resuming from %s/model.ckpt-0 (step 0)' % model_dir in result.stdout
     assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, 'model.ckpt-4')

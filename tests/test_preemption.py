@@ -64,8 +64,9 @@ def test_sigterm_to_a_one_process_run_keeps_the_step_and_the_rerun_goes_on(tiny_
     assert _latest_step(model_dir) == step
     assert not os.path.exists(os.path.join(model_dir, '.lock'))  # A clean end frees model_dir.
 
-    # The same command continues (a shorter schedule so that it ends soon).
-    epochs = step // 2 + 1
+    # The same command continues (a shorter schedule, 3 or 4 steps more: the first step of a
+    # run is not logged).
+    epochs = step // 2 + 2
     result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train',
                                  '--num_epochs=%d' % epochs))
     assert result.returncode == 0, result.stdout[-3000:]

@@ -14,7 +14,6 @@ from absl import logging
 from efficientdet_hpu.core import cli
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import benchmark
-from efficientdet_hpu.training import checkpoint_integrity
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import coverage_check
 from efficientdet_hpu.training import data_faults
@@ -59,7 +58,6 @@ def execute(run):
         return benchmark.run_benchmark(run)
     if options.mode != 'eval':
         preemption.install()
-        recover_checkpoints(run)
         check_anchor_coverage(run)
         announce_resume(run)
     if options.mode == 'eval':
@@ -68,6 +66,7 @@ def execute(run):
         train_until(run, run.total_steps)
         if options.eval_after_training:
             evaluation.evaluate_latest(run)
+            preemption.stop_if_asked(options.model_dir)
     else:
         epochs = run.total_steps // run.steps_per_epoch
         for epoch in range(1, epochs + 1):
@@ -79,24 +78,6 @@ def execute(run):
             preemption.stop_if_asked(options.model_dir)  # A signal during the evaluation.
     report_skipped(run)
     return 0
-
-
-def recover_checkpoints(run):
-    """Rank 0 sets a damaged newest checkpoint aside and resumes from the newest intact one
-    (training/checkpoint_integrity.py); when none is intact every rank stops with the one
-    line."""
-    problem = None
-    if distributed.is_main():
-        try:
-            line = checkpoint_integrity.recover(run.options.model_dir)
-        except checkpoints.CheckpointError as error:
-            problem = str(error)
-        else:
-            if line:
-                logging.warning(line)
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise checkpoints.CheckpointError(problem)
 
 
 def announce_resume(run):

@@ -40,15 +40,14 @@ def _ranks_times_batch(record):
 
 
 def change_line(previous, current, checkpoint):
-    """One line of what changes from the checkpoint's run, or None when nothing does.
+    """One line of what changes from the checkpoint's run when its global batch changes
+    (another rank count or batch per rank), else None.
     previous/current: schedule records; checkpoint: the prefix resumed from."""
-    if not previous:
-        return None
+    if not previous or previous.get('global_batch') == current['global_batch']:
+        return None  # More epochs alone are the usual way to go on: nothing to point out.
     changes = ['%s %s -> %s' % (label, fmt % previous[key], fmt % current[key])
                for key, label, fmt in _FIELDS
                if key in previous and _differs(previous[key], current[key])]
-    if not changes:
-        return None
     return ('resuming %s with another schedule than its run: %s (ranks x batch per rank %s -> '
             '%s)' % (os.path.basename(checkpoint), ', '.join(changes),
                      _ranks_times_batch(previous), _ranks_times_batch(current)))

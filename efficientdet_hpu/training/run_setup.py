@@ -21,6 +21,7 @@ from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoint_integrity
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import det_model_fn
@@ -179,11 +180,16 @@ def _write_run_files(model_dir, config, options, label_map):
 
 def _prepare_model_dir(options, config, label_map, schedule):
     """Rank 0, before anything is built: the model_dir fits the model, a training job holds
-    its lock (an evaluator beside it takes none), the run files and the schedule are written."""
+    its lock (an evaluator beside it takes none) and sets a damaged newest checkpoint aside
+    (training/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
+    schedule are written."""
     _check_model_dir(options.model_dir, config)
     trains = options.mode != 'eval'
     if trains:
         _hold_model_dir(options.model_dir)
+        recovered = checkpoint_integrity.recover(options.model_dir)
+        if recovered:
+            logging.warning(recovered)
     _write_run_files(options.model_dir, config, options, label_map)
     if trains:
         _note_schedule(options.model_dir, schedule)

@@ -81,8 +81,8 @@ def test_sigterm_to_a_one_process_run_keeps_the_step_and_the_rerun_goes_on(tiny_
             '--num_epochs to go on' % (2 * epochs, 2 * epochs, epochs)) in result.stdout
     assert ('with another schedule than its run: global batch 2 -> 4, learning rate '
             in result.stdout), result.stdout[-3000:]
-    assert 'steps per epoch 2 -> 1, total steps %d -> %d (ranks x batch per rank 1 x 2 -> 1 x 4)' % (
-        2 * epochs, epochs) in result.stdout
+    assert ('steps per epoch 2 -> 1, total steps %d -> %d (ranks x batch per rank 1 x 2 -> '
+            '1 x 4)' % (2 * epochs, epochs)) in result.stdout
     assert _latest_step(model_dir) == 2 * epochs
 
 
@@ -140,12 +140,13 @@ def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_
 
 
 def test_a_second_signal_ends_the_process_at_once(tmp_path):
-    """The handler of preemption.install() only records the first signal; the second one has
-    the default action (the process dies of it)."""
+    """The handler of preemption.install() only records the first signal (SIGUSR2, what the
+    launcher passes through mpirun for SIGTERM, recorded as SIGTERM); the second one has the
+    default action (the process dies of it)."""
     code = ('import os, signal, sys, time\n'
             'from efficientdet_hpu.training import preemption\n'
             'preemption.install()\n'
-            'os.kill(os.getpid(), signal.SIGTERM)\n'
+            'os.kill(os.getpid(), signal.SIGUSR2)\n'
             'time.sleep(0.5)\n'
             'print("recorded", preemption.received(), flush=True)\n'
             'os.kill(os.getpid(), signal.SIGINT)\n'

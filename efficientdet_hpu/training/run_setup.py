@@ -125,7 +125,8 @@ def _count_from_summary(pattern):
 def _check_model_dir(model_dir, config):
     """A model_dir holding another model's checkpoint is an error, not a silent mix."""
     saved = os.path.join(model_dir, 'config.yaml')
-    if not (os.path.exists(saved) and checkpoints.has_checkpoint(model_dir)):
+    # listed_checkpoints also sees a newest checkpoint whose index is gone.
+    if not (os.path.exists(saved) and checkpoint_integrity.listed_checkpoints(model_dir)):
         return
     previous = recipe.read_saved_config(saved)  # Ours, or automl's config.yaml.
     fields = ('name', 'backbone_name', 'num_classes', 'fpn_num_filters', 'fpn_cell_repeats',

@@ -14,11 +14,13 @@ _FIELDS = (('global_batch', 'global batch', '%d'), ('learning_rate', 'learning r
            ('steps_per_epoch', 'steps per epoch', '%d'), ('total_steps', 'total steps', '%d'))
 
 
-def schedule(ranks, per_rank_batch, learning_rate, steps_per_epoch, total_steps):
-    """The schedule record of a run; learning_rate: the one scaled to its global batch."""
-    return dict(ranks=ranks, per_rank_batch=per_rank_batch,
-                global_batch=ranks * per_rank_batch, learning_rate=float(learning_rate),
-                steps_per_epoch=steps_per_epoch, total_steps=total_steps)
+def schedule(ranks, per_rank_batch, global_batch, learning_rate, steps_per_epoch,
+             total_steps):
+    """The schedule record of a run; global_batch: images per optimizer step over all ranks;
+    learning_rate: the one scaled to it."""
+    return dict(ranks=ranks, per_rank_batch=per_rank_batch, global_batch=global_batch,
+                learning_rate=float(learning_rate), steps_per_epoch=steps_per_epoch,
+                total_steps=total_steps)
 
 
 def read_schedule(model_dir):

@@ -307,7 +307,7 @@ def prepare(options, config, explicit_keys):
     seed = options.seed if options.seed is not None else (0 if options.deterministic else None)
     if distributed.is_main():
         _prepare_model_dir(options, config, label_map, resume_check.schedule(
-            world, per_rank_batch, config.learning_rate * global_batch /
+            world, per_rank_batch, global_batch, config.learning_rate * global_batch /
             float(config.lr_base_batch_size), steps_per_epoch, total_steps))
     params = model_params.RunParams(
         batch_size=per_rank_batch, global_batch_size=global_batch,

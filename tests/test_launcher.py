@@ -498,3 +498,97 @@ def test_mpijob_manifest_runs_the_launcher_for_eight_cards():
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     assert {"dataset", "model-dir"} <= {name for name, volume in volumes.items()
                                         if "persistentVolumeClaim" in volume}
+    # Preemption: both pods wait for the ranks' checkpoint; the worker's sshd outlives them.
+    grace = specs["Launcher"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace == worker["terminationGracePeriodSeconds"] >= 60
+    assert "trap" in worker["containers"][0]["args"][0]
+
+
+# A rank that reports the first signal it gets, then exits 143 as main.py does at SIGTERM.
+SIGNAL_REPORTER = '''
+import os, signal, sys, time
+got = []
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(number, lambda signum, frame: got.append(signum))
+with open(os.path.join(sys.argv[1], "ready-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w"):
+    pass
+deadline = time.monotonic() + 60
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+with open(os.path.join(sys.argv[1], "got-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
+    f.write(signal.Signals(got[0]).name if got else "nothing")
+if sys.argv[2:] == ["hang"]:  # A rank that does not end: only a second signal ends the job.
+    time.sleep(120)
+sys.exit(143)
+'''
+
+
+@needs_mpirun
+def test_habana_style_manifest_passes_sigterm_to_the_ranks_as_sigusr2(tmp_path):
+    (job,) = yaml.safe_load_all((ROOT / "k8s" / "mpijob-efficientdet-habana-style.yaml")
+                                .read_text())
+    pod = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    shell = pod["containers"][0]["command"]
+    assert shell[:2] == ["/bin/bash", "-c"] and pod["terminationGracePeriodSeconds"] >= 60
+    script = tmp_path / "rank.py"
+    script.write_text(SIGNAL_REPORTER)
+    process = subprocess.Popen([*shell, "--allow-run-as-root", "-np", "2", sys.executable,
+                                str(script), str(tmp_path)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_files(tmp_path, "ready-*", 2)
+        process.send_signal(signal.SIGTERM)  # What Kubernetes sends the pod's first process.
+        assert process.wait(timeout=60) == 143
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert [(tmp_path / f"got-{rank}").read_text() for rank in (0, 1)] == ["SIGUSR2"] * 2
+
+
+def _wait_for_files(directory, pattern, count, seconds=60):
+    deadline = time.monotonic() + seconds
+    while len(list(directory.glob(pattern))) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(list(directory.glob(pattern))) == count, sorted(os.listdir(directory))
+
+
+@needs_mpirun
+@pytest.mark.parametrize("signum, seen", [(signal.SIGTERM, "SIGUSR2"), (signal.SIGINT, "SIGUSR1")])
+def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, signum, seen):
+    """mpirun would abort on SIGTERM/SIGINT: the ranks get the stand-in mpirun forwards
+    (training/preemption.py takes it as the original) and the launcher returns their status."""
+    script = tmp_path / "rank.py"
+    script.write_text(SIGNAL_REPORTER)
+    process = subprocess.Popen([sys.executable, str(LAUNCHER), "--use_horovod", "2",
+                                "--main_script", str(script), str(tmp_path)],
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_files(tmp_path, "ready-*", 2)
+        process.send_signal(signum)
+        assert process.wait(timeout=60) == 143
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert [(tmp_path / f"got-{rank}").read_text() for rank in (0, 1)] == [seen] * 2
+
+
+@needs_mpirun
+def test_a_second_signal_to_the_launcher_ends_the_job_at_once(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(SIGNAL_REPORTER)
+    process = subprocess.Popen([sys.executable, str(LAUNCHER), "--use_horovod", "2",
+                                "--main_script", str(script), str(tmp_path), "hang"],
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_files(tmp_path, "ready-*", 2)
+        process.send_signal(signal.SIGTERM)
+        _wait_for_files(tmp_path, "got-*", 2)  # The ranks took it and go on (a long step).
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) != 0
+        assert time.monotonic() - started < 10
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)

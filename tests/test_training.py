@@ -14,6 +14,10 @@ METRIC_KEYS = ['AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
                'ARmax1', 'ARmax10', 'ARmax100', 'ARs', 'ARm', 'ARl']
 
 
+def _latest_step(model_dir):
+    return int(tf.train.latest_checkpoint(model_dir).rsplit('-', 1)[1])
+
+
 def _records(model_dir, event):
     with open(os.path.join(model_dir, 'train_log.jsonl')) as f:
         rows = [json.loads(line) for line in f]
@@ -120,14 +124,21 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_dataset, tmp_pat
     result = run_main(tiny_flags(
         tiny_dataset, model_dir, '--mode=train', '--num_epochs=3', '--cp_every_n_steps=1',
         hparams=TINY_HPARAMS + ',learning_rate=1e30,clip_gradients_norm=0.0,lr_warmup_init=1e30'))
-    assert_one_line_error(result, 'loss became', 'at step')
-    latest = tf.train.latest_checkpoint(model_dir)
-    assert latest is not None
-    reader = tf.train.load_checkpoint(latest)
-    for name in reader.get_variable_to_shape_map():
-        value = reader.get_tensor(name)
-        if np.issubdtype(np.asarray(value).dtype, np.floating):
-            assert np.all(np.isfinite(value)), name
+    line = assert_one_line_error(result, 'at step', 'the last finite checkpoint model.ckpt-',
+                                 'is kept', 'lower learning_rate, raise lr_warmup_epoch or '
+                                 'set clip_gradients_norm')
+    # Either the loss went non-finite (named by term) or a finite loss stepped the weights
+    # to inf, caught before that checkpoint was written.
+    assert 'non-finite: ' in line or 'the weights became non-finite' in line, line
+    state = tf.train.get_checkpoint_state(model_dir)
+    assert state is not None and state.all_model_checkpoint_paths
+    for checkpoint in glob.glob(os.path.join(model_dir, 'model.ckpt-*.index')):
+        reader = tf.train.load_checkpoint(checkpoint[:-len('.index')])
+        for name in reader.get_variable_to_shape_map():  # Every checkpoint written, all finite.
+            value = reader.get_tensor(name)
+            if np.issubdtype(np.asarray(value).dtype, np.floating):
+                assert np.all(np.isfinite(value)), (checkpoint, name)
+    assert 'model.ckpt-%d ' % _latest_step(model_dir) in line
 
 
 @pytest.mark.slow  # main.py up to its user error: TensorFlow's start-up.

@@ -274,24 +274,37 @@ def describe(launch):
     return "\n".join(lines)
 
 
-# What the launcher sends mpirun when it receives each signal.
-_FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
-                      signal.SIGHUP: signal.SIGTERM}
+# What the launcher sends mpirun at the first of each signal. mpirun aborts the job on SIGTERM
+# and SIGINT (Open MPI 4: SIGTERM to the ranks, SIGKILL a second later: no time to write a
+# checkpoint) but forwards SIGUSR1/SIGUSR2 to every rank untouched; main.py takes SIGUSR2 as
+# SIGTERM and SIGUSR1 as SIGINT (training/preemption.py): it checkpoints and ends.
+_FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR2,
+                      signal.SIGHUP: signal.SIGUSR2}
 
 
 def run_mpirun(command, env):
     """Runs mpirun; returns its exit status (128+N if it died of signal N, as a shell says).
 
-    mpirun gets a process group of its own and the launcher passes SIGINT, SIGTERM and SIGHUP on,
-    so a signal sent to the launcher's whole group (Ctrl-C, `timeout`, a batch system) reaches
-    mpirun exactly once: with Open MPI 4.1 a second signal during its abort sometimes left
-    ranks running. Outside the terminal's foreground group mpirun must not read the terminal,
-    so its stdin is /dev/null (training reads none).
+    mpirun gets a process group of its own and the launcher passes SIGINT, SIGTERM and SIGHUP
+    on, so a signal sent to the launcher's whole group (Ctrl-C, `timeout`, a batch system, a
+    Kubernetes pod's termination) reaches mpirun exactly once, as the signal the ranks stop
+    on at the next step with a checkpoint; the launcher waits for them. A second signal ends
+    the job at once: SIGKILL to mpirun's process group (mpirun and the ranks of this box;
+    other boxes' ranks end with their orted). Outside the terminal's foreground group mpirun
+    must not read the terminal, so its stdin is /dev/null (training reads none).
     """
-    child = []
+    child, received = [], []
 
     def forward(signum, _frame):
-        if child and child[0].poll() is None:
+        if not child or child[0].poll() is not None:
+            return
+        if received:
+            os.killpg(child[0].pid, signal.SIGKILL)
+        else:
+            received.append(signum)
+            print(f"{_PROGRAM}: {signal.Signals(signum).name}: the ranks stop after their "
+                  f"current step and write a checkpoint; send it again to end at once",
+                  file=sys.stderr, flush=True)
             child[0].send_signal(_FORWARDED_SIGNALS[signum])
 
     previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED_SIGNALS}

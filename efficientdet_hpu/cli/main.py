@@ -5,6 +5,7 @@ Flags are named as in the google/automl and Habana ports. `--hparams` takes a YA
 file (e.g. `train_batch_size: 8`): the YAML wins over a flag's default, a flag typed on the
 command line wins over the YAML.
 """
+import sys
 
 from absl import app, flags
 
@@ -16,6 +17,7 @@ from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.core import cli
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import loops
+from efficientdet_hpu.training import preemption
 from efficientdet_hpu.training import run_setup
 
 FLAGS = flags.FLAGS
@@ -123,6 +125,10 @@ def main(argv):
         legacy_flags.check_tpu_era_flags(FLAGS)
         options, config, explicit_keys = resolve()
         return loops.execute(run_setup.prepare(options, config, explicit_keys))
+    except preemption.Stopped as stop:  # Not an error: the work is kept; status 128+N.
+        if distributed.is_main():
+            print('main.py: %s' % stop, file=sys.stderr, flush=True)
+        return stop.exit_status
     except cli.UserError as error:
         return cli.fail('main.py', error, FLAGS.verbose)
     except Exception as error:  # pylint: disable=broad-except

@@ -204,10 +204,14 @@ class InputReader:
             order) dataset, split across workers, e.g. --eval_samples.
         skip: records to leave out (training.data_faults.SkipList: record indices per shard,
             and where broken shards stop), or None.
+        start_batches: training batches this worker already took (a resumed run's step):
+            their records are read and dropped, not decoded, so a --deterministic run resumed
+            at step N gets the batches an uninterrupted run gets from step N on.
     """
 
     def __init__(self, file_pattern, is_training, *, use_fake_data=False, num_shards=1,
-                 shard_index=0, deterministic=False, seed=None, max_examples=None, skip=None):
+                 shard_index=0, deterministic=False, seed=None, max_examples=None, skip=None,
+                 start_batches=0):
         if not 0 <= shard_index < num_shards:
             raise ValueError('shard_index must be in [0, num_shards=%d), got %d'
                              % (num_shards, shard_index))
@@ -220,6 +224,7 @@ class InputReader:
         self._seed = seed
         self._max_examples = max_examples
         self._skip = skip if skip is not None and (skip.bad or skip.readable) else None
+        self._start_batches = start_batches if is_training else 0
 
     def __call__(self, params, input_context=None):
         """Returns a tf.data.Dataset of (images float32 [B, H, W, 3], labels dict); B is the
@@ -239,7 +244,10 @@ class InputReader:
             seed = self._seed_for(shard_index)
             dataset = self._records(num_shards, shard_index, seed, params)
             process = self._example_fn(params, output_size, labeler, seed)
-            dataset = dataset.enumerate().map(process, num_parallel_calls=AUTOTUNE)
+            dataset = dataset.enumerate()
+            if self._start_batches:  # After enumerate: the augmentation keys stay the same.
+                dataset = dataset.skip(self._start_batches * self._batch_size(params))
+            dataset = dataset.map(process, num_parallel_calls=AUTOTUNE)
             dataset = dataset.batch(self._batch_size(params), drop_remainder=self._is_training)
         return dataset.prefetch(AUTOTUNE).with_options(self._options())
 

@@ -141,6 +141,14 @@ def allreduce_mean(tensor, name=None):
     return _hvd.allreduce(tensor, op=_hvd.Average, name=name)
 
 
+def allreduce_max(tensor, name=None):
+    """Elementwise maximum over workers of a float32 `tensor` (same shape on all); `tensor`
+    itself if alone. Used for flags every rank must agree on (a stop asked of any rank)."""
+    if not is_distributed():
+        return tensor
+    return _hvd.allreduce(tf.convert_to_tensor(tensor), op=_hvd.Max, name=name)
+
+
 # ----------------------------------------------------------------------------- Python objects
 
 def _run_object_collective(collective, *args, **kwargs):

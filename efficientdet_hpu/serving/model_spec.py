@@ -10,6 +10,7 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.data import label_map as label_map_lib
+from efficientdet_hpu.training import checkpoint_integrity
 from efficientdet_hpu.training import checkpoints
 
 
@@ -60,13 +61,18 @@ def _find_label_map_path(model_dir):
 
 
 def _checkpoint_path(model_dir, checkpoint):
+    """--checkpoint, else model_dir's newest (as `checkpoint` lists it, even when its files
+    are damaged or gone); raises when it is damaged (training/checkpoint_integrity.py)."""
     if checkpoint:
-        return checkpoints.resolve_checkpoint(checkpoint, 'checkpoint')
-    latest = checkpoints.latest_checkpoint(model_dir)
-    if latest is None:
-        raise InferenceError('no checkpoint in --model_dir=%s; train first or pass '
-                             '--checkpoint' % model_dir)
-    return latest
+        path = checkpoints.resolve_checkpoint(checkpoint, 'checkpoint')
+    else:
+        listed = checkpoint_integrity.listed_checkpoints(model_dir)
+        path = listed[0] if listed else checkpoints.latest_checkpoint(model_dir)
+        if path is None:
+            raise InferenceError('no checkpoint in --model_dir=%s; train first or pass '
+                                 '--checkpoint' % model_dir)
+    checkpoint_integrity.check_for_reading(path, 'checkpoint')
+    return path
 
 
 def load_model_spec(model_dir, checkpoint=None, hparams='', label_map_path=None,

@@ -18,6 +18,7 @@ from absl import logging
 
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoint_integrity
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import coco_metric
 from efficientdet_hpu.training import data_faults
@@ -100,10 +101,27 @@ def _predict_unless_removed(run, checkpoint):
         return None
 
 
+def _check_intact(checkpoint):
+    """Raises CheckpointError on every rank when rank 0 finds `checkpoint` damaged; one that a
+    training job rotated out meanwhile (no longer listed) is not: the caller moves on."""
+    problem = None
+    if distributed.is_main():
+        try:
+            checkpoint_integrity.check_for_reading(checkpoint)
+        except checkpoints.CheckpointError as error:
+            listed = checkpoint_integrity.listed_checkpoints(os.path.dirname(checkpoint))
+            problem = str(error) if checkpoint in listed else None
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise checkpoints.CheckpointError(problem)
+
+
 def evaluate_checkpoint(run, checkpoint):
     """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank, or None
-    when the checkpoint was removed before it could be read (every rank then moves on)."""
+    when the checkpoint was removed before it could be read (every rank then moves on).
+    Raises CheckpointError naming a damaged checkpoint."""
     step = checkpoints.checkpoint_step(checkpoint)
+    _check_intact(checkpoint)
     logging.info('evaluating %s (step %d)', os.path.basename(checkpoint), step)
     shard = _predict_unless_removed(run, checkpoint)
     if any(lost for lost in distributed.allgather_numpy(shard is None)):
@@ -202,6 +220,10 @@ def _next_checkpoint(run, iterator):
 def evaluate_continuously(run):
     """Evaluates each new checkpoint until the final step, or eval_timeout without one."""
     options = run.options
+    newest = (checkpoint_integrity.listed_checkpoints(options.model_dir)[:1]
+              if distributed.is_main() else None)
+    for checkpoint in distributed.broadcast_object(newest):
+        _check_intact(checkpoint)  # TensorFlow would wait forever for one without an index.
     iterator = None
     if distributed.is_main():
         iterator = tf1.train.checkpoints_iterator(

@@ -3,6 +3,7 @@ window, and the guard that stops at the first non-finite loss.
 
 Only rank 0 writes files; every rank logs (other ranks to stderr with their rank tag).
 """
+import math
 import os
 import time
 
@@ -11,7 +12,9 @@ from absl import logging
 
 from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import det_model_fn
+from efficientdet_hpu.training import preemption
 from efficientdet_hpu.training import run_log
 from efficientdet_hpu.training import run_setup
 
@@ -159,35 +162,93 @@ class NonFiniteLossError(UserError, RuntimeError):
     """The loss or the gradients stopped being finite; weights were left untouched."""
 
 
+_LOSS_TERMS = ('cls_loss', 'box_loss', 'iou_loss', 'l2_loss')
+DIVERGENCE_ADVICE = ('lower learning_rate, raise lr_warmup_epoch or set clip_gradients_norm '
+                     '(--hparams), or check the data')
+
+
+def non_finite_terms(record):
+    """'cls_loss nan, box_loss inf' for the non-finite loss terms of a training log record
+    (dict of TRAIN_LOG_KEYS -> float); the gradient norm when only the gradients are."""
+    bad = ['%s %s' % (name, record[name]) for name in _LOSS_TERMS
+           if name in record and not math.isfinite(record[name])]
+    if not bad and not math.isfinite(record.get('grad_norm', 0.0)):
+        bad = ['gradient norm %s' % record['grad_norm']]
+    return ', '.join(bad) or 'the total loss'
+
+
+def divergence_message(step, record, checkpoint):
+    """The line of a run stopped at a non-finite loss at `step` (checkpoint: the last one
+    written, all finite, or None)."""
+    kept = ('the last finite checkpoint %s is kept' % os.path.basename(checkpoint)
+            if checkpoint else 'no checkpoint was written')
+    return ('loss became %s at step %d (non-finite: %s; learning rate %.4g); the update of '
+            'that step was skipped and %s; %s' % (
+                record.get('loss'), step, non_finite_terms(record),
+                record.get('learning_rate', float('nan')), kept, DIVERGENCE_ADVICE))
+
+
 class FiniteGuardHook(tf1.train.SessionRunHook):
     """Stops training with NonFiniteLossError at the first step whose loss or gradients are
-    not finite. The graph skipped that step's update, so the weights (and any checkpoint
-    written later) are the last good ones. Passed to Estimator.train() so it runs before the
-    Estimator's own NanTensorHook, which would only raise a bare traceback."""
+    not finite, naming the loss term. The graph skipped that step's update, so the weights (and
+    any checkpoint written later) are the last good ones. Passed to Estimator.train() so it runs
+    before the Estimator's own NanTensorHook, which would only raise a bare traceback.
+    model_dir: where rank 0's checkpoints are (None on other ranks)."""
+
+    def __init__(self, model_dir=None):
+        self._model_dir = model_dir
 
     def begin(self):
         self._finite, self._loss = tf1.get_collection(det_model_fn.FINITE_GUARD_COLLECTION)
+        self._scalars = tf1.get_collection(det_model_fn.TRAIN_LOG_COLLECTION)
         self._step = tf1.train.get_global_step()
 
     def before_run(self, run_context):
-        return tf1.train.SessionRunArgs([self._finite, self._loss, self._step])
+        return tf1.train.SessionRunArgs([self._finite, self._step, self._scalars])
 
     def after_run(self, run_context, run_values):
-        finite, loss, step = run_values.results
+        finite, step, scalars = run_values.results
         if not finite:
-            raise NonFiniteLossError(
-                'loss became %s at step %d (the update of that step was skipped); the last '
-                'good checkpoint is kept in model_dir. Lower learning_rate or check the data.'
-                % (loss, step + 1))
+            record = dict(zip(det_model_fn.TRAIN_LOG_KEYS, (float(v) for v in scalars)))
+            latest = checkpoints.latest_checkpoint(self._model_dir) if self._model_dir else None
+            raise NonFiniteLossError(divergence_message(step + 1, record, latest))
+
+
+class FiniteWeightsListener(tf1.train.CheckpointSaverListener):
+    """Refuses to write a checkpoint whose weights are not all finite (a finite loss can
+    still take a step to inf weights with a huge learning rate): raises NonFiniteLossError
+    before the save, so the checkpoints on disk stay the last finite ones.
+    model_dir: where the checkpoints are (rank 0's, the only one that saves)."""
+
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
+
+    def begin(self):
+        floats = [v for v in tf1.global_variables() if v.dtype.base_dtype.is_floating]
+        self._all_finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(v)) for v in floats]) if floats else tf.constant(True)
+
+    def before_save(self, session, global_step_value):
+        if session.run(self._all_finite):
+            return
+        latest = checkpoints.latest_checkpoint(self._model_dir)
+        raise NonFiniteLossError(
+            'the weights became non-finite at step %d with a finite loss; that checkpoint was '
+            'not written and %s; %s' % (
+                global_step_value, 'the last finite checkpoint %s is kept' %
+                os.path.basename(latest) if latest else 'no checkpoint was written',
+                DIVERGENCE_ADVICE))
 
 
 def make_training_hooks(options, total_steps, stop_step, global_batch):
     """The hooks of one Estimator.train() call that stops at `stop_step`; global_batch: images
     per optimizer step over all ranks and accumulated micro-batches (for images/s)."""
     log_dir = run_setup.rank_log_dir(options)
-    hooks = [FiniteGuardHook(), TrainLogHook(
-        log_dir, global_batch, max(total_steps, stop_step),
-        options.log_every_n_steps, write_files=log_dir is not None, stop_step=stop_step)]
+    hooks = [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
+             preemption.StopAtSignalHook(),
+             TrainLogHook(log_dir, global_batch, max(total_steps, stop_step),
+                          options.log_every_n_steps, write_files=log_dir is not None,
+                          stop_step=stop_step)]
     if log_dir is not None:
         hooks.append(SummaryHook(log_dir, options.iterations_per_loop))
     if options.profile_steps and distributed.is_main():

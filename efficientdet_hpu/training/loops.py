@@ -19,6 +19,8 @@ from efficientdet_hpu.training import coverage_check
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import evaluation
 from efficientdet_hpu.training import hooks
+from efficientdet_hpu.training import preemption
+from efficientdet_hpu.training import resume_check
 from efficientdet_hpu.training import run_log
 from efficientdet_hpu.training.run_setup import train_input_fn
 
@@ -33,14 +35,21 @@ def current_step(run):
 
 
 def train_until(run, max_steps):
-    if current_step(run) >= max_steps:
-        return
-    pattern = None if run.options.use_fake_data else run.options.training_file_pattern
-    with data_faults.named_data_errors(pattern, run.config.num_classes):
-        run.estimator.train(train_input_fn(run), max_steps=max_steps,
-                            hooks=hooks.make_training_hooks(run.options, run.total_steps,
-                                                            max_steps,
-                                                            run.params.global_batch_size))
+    """Trains to max_steps; raises preemption.Stopped when a signal stopped it (the
+    checkpoint of the stop step is then written)."""
+    start_step = current_step(run)
+    if start_step < max_steps:
+        pattern = None if run.options.use_fake_data else run.options.training_file_pattern
+        # Only rank 0 has a CheckpointSaverHook, whose saves the listener checks.
+        listeners = ([hooks.FiniteWeightsListener(run.options.model_dir)]
+                     if distributed.is_main() else None)
+        with data_faults.named_data_errors(pattern, run.config.num_classes):
+            run.estimator.train(train_input_fn(run, start_step), max_steps=max_steps,
+                                hooks=hooks.make_training_hooks(run.options, run.total_steps,
+                                                                max_steps,
+                                                                run.params.global_batch_size),
+                                saving_listeners=listeners)
+    preemption.stop_if_asked(run.options.model_dir)
 
 
 def execute(run):
@@ -49,6 +58,7 @@ def execute(run):
     if options.benchmark:
         return benchmark.run_benchmark(run)
     if options.mode != 'eval':
+        preemption.install()
         check_anchor_coverage(run)
         announce_resume(run)
     if options.mode == 'eval':
@@ -57,6 +67,7 @@ def execute(run):
         train_until(run, run.total_steps)
         if options.eval_after_training:
             evaluation.evaluate_latest(run)
+            preemption.stop_if_asked(options.model_dir)
     else:
         epochs = run.total_steps // run.steps_per_epoch
         for epoch in range(1, epochs + 1):
@@ -65,6 +76,7 @@ def execute(run):
                 continue
             train_until(run, step)
             evaluation.evaluate_latest(run)
+            preemption.stop_if_asked(options.model_dir)  # A signal during the evaluation.
     report_skipped(run)
     return 0
 
@@ -74,8 +86,13 @@ def announce_resume(run):
     if not distributed.is_main():
         return
     latest = checkpoints.latest_checkpoint(run.options.model_dir)
-    if latest:
-        logging.info('resuming from %s (step %d)', latest, checkpoints.checkpoint_step(latest))
+    if not latest:
+        return
+    step = checkpoints.checkpoint_step(latest)
+    if step >= run.total_steps:
+        print(resume_check.nothing_to_train_line(latest, step, run.total_steps), flush=True)
+    else:
+        logging.info('resuming from %s (step %d)', latest, step)
 
 
 def check_anchor_coverage(run):

@@ -21,9 +21,12 @@ from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoint_integrity
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import det_model_fn
+from efficientdet_hpu.training import resume_check
+from efficientdet_hpu.training import run_lock
 
 tf1 = tf.compat.v1
 
@@ -122,7 +125,8 @@ def _count_from_summary(pattern):
 def _check_model_dir(model_dir, config):
     """A model_dir holding another model's checkpoint is an error, not a silent mix."""
     saved = os.path.join(model_dir, 'config.yaml')
-    if not (os.path.exists(saved) and checkpoints.has_checkpoint(model_dir)):
+    # listed_checkpoints also sees a newest checkpoint whose index is gone.
+    if not (os.path.exists(saved) and checkpoint_integrity.listed_checkpoints(model_dir)):
         return
     previous = recipe.read_saved_config(saved)  # Ours, or automl's config.yaml.
     fields = ('name', 'backbone_name', 'num_classes', 'fpn_num_filters', 'fpn_cell_repeats',
@@ -173,6 +177,40 @@ def _write_run_files(model_dir, config, options, label_map):
                                           label_map.to_json_dict(), indent=2)
     atomic_file.write_json_atomically(os.path.join(model_dir, 'flags.json'),
                                       options.as_dict())
+
+
+def _prepare_model_dir(options, config, label_map, schedule):
+    """Rank 0, before anything is built: the model_dir fits the model, a training job holds
+    its lock (an evaluator beside it takes none) and sets a damaged newest checkpoint aside
+    (training/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
+    schedule are written."""
+    _check_model_dir(options.model_dir, config)
+    trains = options.mode != 'eval'
+    if trains:
+        _hold_model_dir(options.model_dir)
+        recovered = checkpoint_integrity.recover(options.model_dir)
+        if recovered:
+            logging.warning(recovered)
+    _write_run_files(options.model_dir, config, options, label_map)
+    if trains:
+        _note_schedule(options.model_dir, schedule)
+
+
+def _hold_model_dir(model_dir):
+    """model_dir/.lock for this job, removed when the process ends (training/run_lock.py)."""
+    lock = run_lock.ModelDirLock(model_dir)
+    lock.acquire()
+    atexit.register(lock.release)
+
+
+def _note_schedule(model_dir, schedule):
+    """Says what a resume changes from the checkpoint's run; records this run's schedule."""
+    latest = checkpoints.latest_checkpoint(model_dir)
+    line = latest and resume_check.change_line(resume_check.read_schedule(model_dir),
+                                               schedule, latest)
+    if line:
+        logging.warning(line)
+    resume_check.write_schedule(model_dir, schedule)
 
 
 def session_config(device, use_xla=False):
@@ -301,8 +339,9 @@ def prepare(options, config, explicit_keys):
         os.environ['TF_DETERMINISTIC_OPS'] = '1'
     seed = options.seed if options.seed is not None else (0 if options.deterministic else None)
     if distributed.is_main():
-        _check_model_dir(options.model_dir, config)
-        _write_run_files(options.model_dir, config, options, label_map)
+        _prepare_model_dir(options, config, label_map, resume_check.schedule(
+            world, per_rank_batch, global_batch, config.learning_rate * global_batch /
+            float(config.lr_base_batch_size), steps_per_epoch, total_steps))
     params = model_params.RunParams(
         batch_size=per_rank_batch, global_batch_size=global_batch,
         steps_per_epoch=steps_per_epoch, total_steps=total_steps, seed=seed,
@@ -338,9 +377,12 @@ def _skip_lists(options, config):
     return distributed.broadcast_object(lists)
 
 
-def train_input_fn(run):
+def train_input_fn(run, start_step=0):
+    """start_step: the step training resumes from; with --deterministic the input skips the
+    batches taken before it, so a resumed run sees an uninterrupted run's batches."""
     options = run.options
     return dataloader.InputReader(
         options.training_file_pattern, is_training=True, use_fake_data=options.use_fake_data,
         num_shards=distributed.size(), shard_index=distributed.rank(),
-        deterministic=options.deterministic, seed=run.params.seed, skip=run.train_skip)
+        deterministic=options.deterministic, seed=run.params.seed, skip=run.train_skip,
+        start_batches=start_step if options.deterministic else 0)

@@ -1,0 +1,119 @@
+"""Preemption: SIGTERM or SIGINT on any rank stops the job at one step, agreed by all ranks,
+with a checkpoint of that step written by rank 0 (Estimator's CheckpointSaverHook saves at the
+end of a train() call that a hook stopped).
+
+The signal handler only records the signal and puts the default handler back, so a second
+signal ends the process at once. After every training step `StopAtSignalHook` reduces the
+recorded signals of all ranks (a maximum, one scalar), so every rank stops after the same step
+even when only one of them was signalled.
+
+mpirun aborts a job on SIGTERM/SIGINT (Open MPI 4: SIGTERM to the ranks, SIGKILL a second
+later), but forwards SIGUSR1 and SIGUSR2 to every rank untouched; the launcher therefore passes
+SIGINT on as SIGUSR1 and SIGTERM as SIGUSR2 (cli/demo_efficientdet.py), and they mean the same
+here. The process then ends with status 128 + the signal's number (143 for SIGTERM, 130 for
+SIGINT), as a shell reports a process killed by it.
+"""
+import signal
+
+import tensorflow as tf
+from absl import logging
+
+from efficientdet_hpu.runtime import distributed
+from efficientdet_hpu.training import checkpoints
+
+tf1 = tf.compat.v1
+
+# Signal received -> the signal it stands for (the launcher's stand-ins for mpirun).
+STOP_SIGNALS = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT,
+                signal.SIGUSR2: signal.SIGTERM, signal.SIGUSR1: signal.SIGINT}
+
+_received = []       # The first stop signal this process got (as the signal it stands for).
+_agreed = {}         # {'signal': number, 'step': step} once the ranks agreed to stop.
+_installed = []
+
+
+class Stopped(Exception):
+    """The run stopped at a signal; `exit_status` is 128 + its number."""
+
+    def __init__(self, signum, step, checkpoint):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        self.exit_status = 128 + signum
+        super().__init__(stop_message(signum, step, checkpoint))
+
+
+def signal_name(signum):
+    return signal.Signals(signum).name
+
+
+def stop_message(signum, step, checkpoint):
+    """The line printed when a run stops at a signal (checkpoint: its prefix or None)."""
+    if checkpoint is None:
+        return ('stopped by %s at step %d; no checkpoint was written; rerun the same command '
+                'to start again' % (signal_name(signum), step))
+    return ('stopped by %s at step %d; checkpoint %s written; rerun the same command to '
+            'continue' % (signal_name(signum), step, checkpoint.rsplit('/', 1)[-1]))
+
+
+def _on_signal(signum, _frame):
+    if not _received:
+        _received.append(STOP_SIGNALS[signum])
+    for number in STOP_SIGNALS:  # A second signal ends the process at once.
+        signal.signal(number, signal.SIG_DFL)
+    logging.warning('%s received: the ranks stop after the next step and write its '
+                    'checkpoint; send it again to end at once', signal_name(_received[0]))
+
+
+def install():
+    """Installs the handlers (main thread only; idempotent)."""
+    if _installed:
+        return
+    for number in STOP_SIGNALS:
+        signal.signal(number, _on_signal)
+    _installed.append(True)
+
+
+def received():
+    """The stop signal this process got (SIGTERM or SIGINT), else 0."""
+    return _received[0] if _received else 0
+
+
+def agreed_signal():
+    """The stop signal any rank got, agreed by all ranks (a collective: call it on all)."""
+    signum = _agreed.get('signal') or max(distributed.allgather_numpy(received()))
+    return int(signum)
+
+
+class StopAtSignalHook(tf1.train.SessionRunHook):
+    """Stops training after the first step at which any rank has a stop signal recorded."""
+
+    def begin(self):
+        with tf.device('/cpu:0'):
+            self._local = tf1.placeholder_with_default(tf.constant(0.0), [], 'stop_signal')
+            self._any = distributed.allreduce_max(self._local, name='stop_signal_max')
+        self._step = tf1.train.get_global_step()
+
+    def before_run(self, run_context):
+        return tf1.train.SessionRunArgs([self._any, self._step],
+                                        feed_dict={self._local: float(received())})
+
+    def after_run(self, run_context, run_values):
+        signum, step = run_values.results
+        if signum > 0:
+            _agreed.update(signal=int(signum), step=int(step) + 1)  # step: before the update.
+            run_context.request_stop()
+
+
+def stop_if_asked(model_dir):
+    """Raises Stopped when any rank got a stop signal (a collective unless a train() call
+    agreed already: call it on every rank at the same point), naming rank 0's newest
+    checkpoint in model_dir, the one the Estimator wrote at the stop step."""
+    signum = agreed_signal()
+    if not signum:
+        return
+    checkpoint = checkpoints.latest_checkpoint(model_dir) if distributed.is_main() else None
+    checkpoint = distributed.broadcast_object(checkpoint)
+    step = checkpoints.checkpoint_step(checkpoint) if checkpoint else 0
+    if _agreed.get('step') not in (None, step):
+        logging.warning('the ranks stopped at step %d but the newest checkpoint is %s',
+                        _agreed['step'], checkpoint)
+    raise Stopped(signum, step, checkpoint)

@@ -1,0 +1,160 @@
+"""Preemption with real signals: SIGTERM to a one-process run and to one rank of a real
+`mpirun -np 2` run stops the job at one step agreed by the ranks, with the checkpoint of that
+step written and one line saying so; the rerun continues from it (under --deterministic to the
+same weights as an uninterrupted run); a second signal ends at once."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from cli_runs import REPO, run_main, tiny_flags
+from test_distributed_resume import RANK_CHECKSUM_RE, _kill_tree, _rank_pids, _wait_until
+
+pytestmark = pytest.mark.slow  # Real training processes, signalled.
+
+STEP_RE = re.compile(r'step (\d+)/\d+ loss')
+STOP_RE = re.compile(r'main\.py: stopped by SIGTERM at step (\d+); checkpoint (model\.ckpt-\d+) '
+                     r'written; rerun the same command to continue')
+SIGTERM_STATUS = 128 + signal.SIGTERM
+
+
+def _start(command, log_path):
+    env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
+    with open(log_path, 'w') as log:
+        return subprocess.Popen([sys.executable] + command, cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _steps_logged(log_path):
+    with open(log_path) as f:
+        return [int(step) for step in STEP_RE.findall(f.read())]
+
+
+def _latest_step(model_dir):
+    latest = tf.train.latest_checkpoint(model_dir)
+    return int(latest.rsplit('-', 1)[1]) if latest else None
+
+
+def test_sigterm_to_a_one_process_run_keeps_the_step_and_the_rerun_goes_on(tiny_dataset,
+                                                                           tmp_path):
+    model_dir = str(tmp_path / 'model')
+    # 2 steps per epoch; checkpoints every 1000 steps: only the signal's checkpoint is new.
+    flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1000')
+    log_path = str(tmp_path / 'run.log')
+    process = _start(['main.py'] + flags, log_path)
+    try:
+        assert _wait_until(lambda: max(_steps_logged(log_path) or [0]) >= 3
+                           or process.poll() is not None, 600), open(log_path).read()[-3000:]
+        process.send_signal(signal.SIGTERM)
+        returncode = process.wait(timeout=120)
+    finally:
+        _kill_tree(process, [])
+    output = open(log_path).read()
+    assert returncode == SIGTERM_STATUS, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+    (stopped,) = STOP_RE.findall(output)
+    step, name = int(stopped[0]), stopped[1]
+    assert step >= 3 and name == 'model.ckpt-%d' % step, stopped
+    assert max(_steps_logged(log_path)) == step  # The step reached is the one kept.
+    assert _latest_step(model_dir) == step
+    assert not os.path.exists(os.path.join(model_dir, '.lock'))  # A clean end frees model_dir.
+
+    # The same command continues (a shorter schedule, 3 or 4 steps more: the first step of a
+    # run is not logged).
+    epochs = step // 2 + 2
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train',
+                                 '--num_epochs=%d' % epochs))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert 'resuming from %s (step %d)' % (os.path.join(model_dir, name), step) in result.stdout
+    assert min(_steps(result.stdout)) > step and _latest_step(model_dir) == 2 * epochs
+
+    # Twice the batch per rank: half the steps per epoch; the checkpoint is past the end.
+    result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train',
+                                 '--num_epochs=%d' % epochs, '--train_batch_size=4'))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert ('model.ckpt-%d is already past the last step (%d of %d): nothing to train; raise '
+            '--num_epochs to go on' % (2 * epochs, 2 * epochs, epochs)) in result.stdout
+    assert ('with another schedule than its run: global batch 2 -> 4, learning rate '
+            in result.stdout), result.stdout[-3000:]
+    assert ('steps per epoch 2 -> 1, total steps %d -> %d (ranks x batch per rank 1 x 2 -> '
+            '1 x 4)' % (2 * epochs, epochs)) in result.stdout
+    assert _latest_step(model_dir) == 2 * epochs
+
+
+def _steps(output):
+    return [int(step) for step in STEP_RE.findall(output)]
+
+
+def _final_checksums(output):
+    return {int(rank): (int(step), checksum)
+            for rank, step, checksum in RANK_CHECKSUM_RE.findall(output)}
+
+
+def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_path):
+    total = 8  # 8 examples per epoch, global batch 4: 2 steps per epoch, 4 epochs.
+    launcher = ['demo_efficientdet.py', '--use_horovod', '2']
+
+    def flags(model_dir):
+        return tiny_flags(tiny_dataset, str(model_dir), '--mode=train', '--deterministic',
+                          '--num_examples_per_epoch=8', '--num_epochs=%d' % (total // 2))
+
+    log_path = str(tmp_path / 'signalled.log')
+    process, pids = _start(launcher + flags(tmp_path / 'model'), log_path), []
+    try:
+        assert _wait_until(lambda: max(_steps_logged(log_path) or [0]) >= 2
+                           or process.poll() is not None, 900), open(log_path).read()[-4000:]
+        ranks = _rank_pids(process.pid)
+        pids = list(ranks.values())
+        assert process.poll() is None and sorted(ranks) == [0, 1], open(log_path).read()[-4000:]
+        os.kill(ranks[1], signal.SIGTERM)  # One rank only: the other hears it from the ranks.
+        returncode = process.wait(timeout=180)
+        assert _wait_until(lambda: not any(os.path.exists('/proc/%d' % p) for p in pids), 10)
+    finally:
+        _kill_tree(process, pids)
+    output = open(log_path).read()
+    assert returncode == SIGTERM_STATUS, output[-4000:]
+    (stopped,) = STOP_RE.findall(output)
+    step = int(stopped[0])
+    assert 2 <= step < total and _latest_step(str(tmp_path / 'model')) == step, output[-4000:]
+    final = _final_checksums(output)  # Both ranks ended at the stop step, equal weights.
+    assert sorted(final) == [0, 1] and final[0] == final[1] and final[0][0] == step, final
+
+    rerun = subprocess.run([sys.executable] + launcher + flags(tmp_path / 'model'), cwd=REPO,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), timeout=900,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert 'resuming from' in rerun.stdout and min(_steps(rerun.stdout)) > step
+    whole = subprocess.run([sys.executable] + launcher + flags(tmp_path / 'whole'), cwd=REPO,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), timeout=900,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert whole.returncode == 0, whole.stdout[-4000:]
+    resumed, uninterrupted = _final_checksums(rerun.stdout), _final_checksums(whole.stdout)
+    assert resumed[0] == resumed[1] == uninterrupted[0] == uninterrupted[1], (
+        resumed, uninterrupted)
+    assert resumed[0][0] == total
+
+
+def test_a_second_signal_ends_the_process_at_once(tmp_path):
+    """The handler of preemption.install() only records the first signal (SIGUSR2, what the
+    launcher passes through mpirun for SIGTERM, recorded as SIGTERM); the second one has the
+    default action (the process dies of it)."""
+    code = ('import os, signal, sys, time\n'
+            'from efficientdet_hpu.training import preemption\n'
+            'preemption.install()\n'
+            'os.kill(os.getpid(), signal.SIGUSR2)\n'
+            'time.sleep(0.5)\n'
+            'print("recorded", preemption.received(), flush=True)\n'
+            'os.kill(os.getpid(), signal.SIGINT)\n'
+            'time.sleep(5)\n'
+            'print("still alive", flush=True)\n')
+    result = subprocess.run([sys.executable, '-c', code], cwd=REPO, timeout=120, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    assert 'recorded %d' % signal.SIGTERM in result.stdout, result.stdout
+    assert 'still alive' not in result.stdout
+    assert result.returncode == -signal.SIGINT, result.stdout

@@ -6,7 +6,7 @@ raw per-level outputs (docs/CONTRACTS.md); anchors, losses and decoding live els
 
 Variable scopes (named as in the google/automl TF1 EfficientDet / EfficientNet code: an automl
 D0 checkpoint restores by name, tests/test_automl_equivalence.py):
-  efficientnet-bN/...                         backbone (restored alone by --backbone_ckpt)
+  efficientnet-bN/ (or -liteN/)...            backbone (restored alone by --backbone_ckpt)
   resample_p6/{conv2d,bn}/...                 extra levels above the backbone's P5
   fpn_cells/cell_<r>/fnode<i>/...             BiFPN nodes (resample_*, WSM*, op_after_combine*)
   class_net/class-<i>/...                     class head convs, shared by every level

@@ -1,8 +1,15 @@
-"""Tile geometry and the sliver rule, worked by hand (data/tiling.py)."""
+"""Tile geometry and the sliver rule, worked by hand (data/tiling.py), and the converter's
+--tile_size on a photo with those boxes."""
+import json
+
 import numpy as np
 import pytest
+import tensorflow as tf
+from PIL import Image
 
+from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import tiling
+from efficientdet_hpu.datatools import create_coco_tfrecord
 from efficientdet_hpu.data.tiling import Window
 
 
@@ -61,3 +68,40 @@ def test_tile_boxes_map_back_to_the_photo():
     window = Window(0, 300, 300, 700)
     boxes, indices = tiling.boxes_in_tile(BOXES, window)
     np.testing.assert_array_equal(tiling.to_photo(boxes, window), BOXES[indices])
+
+
+def test_converter_writes_tiles_with_their_origin_and_a_tiles_json(tmp_path):
+    # The 300 x 1100 photo above as a PNG whose pixel values encode x (so a tile's content
+    # shows where it was cut), the five boxes in a COCO JSON, converted with 400 px tiles.
+    pixels = np.zeros((300, 1100, 3), np.uint8)
+    pixels[..., 0] = (np.arange(1100) // 5)[None, :]
+    Image.fromarray(pixels).save(tmp_path / 'photo.png')
+    annotations = [{'id': i + 1, 'image_id': 7, 'category_id': 3, 'iscrowd': 0,
+                    'bbox': [b[1], b[0], b[3] - b[1], b[2] - b[0]]} for i, b in enumerate(BOXES)]
+    (tmp_path / 'train.json').write_text(json.dumps({
+        'images': [{'id': 7, 'file_name': 'photo.png', 'width': 1100, 'height': 300}],
+        'annotations': annotations, 'categories': [{'id': 3, 'name': 'tree'}]}))
+    summary = create_coco_tfrecord.convert(
+        str(tmp_path), str(tmp_path / 'train.json'), str(tmp_path / 'out' / 'train'),
+        num_shards=1, show_progress=False, tile_size=400, tile_overlap=100)
+    assert summary['tiles'] == {'tile_size': 400, 'overlap': 100, 'min_visible': 0.5,
+                                'photos': 1, 'tiles': 4, 'boxes_in_no_tile': 1,  # THIN
+                                'coco_json': str(tmp_path / 'out' / 'train-tiles.json')}
+    examples = [tf.train.Example.FromString(r.numpy())
+                for r in tf.data.TFRecordDataset(summary['shards'])]
+    feature = [e.features.feature for e in examples]
+    assert [(f[fmt.TILE_ORIGIN_Y].int64_list.value[0], f[fmt.TILE_ORIGIN_X].int64_list.value[0],
+             f[fmt.TILE_SOURCE_ID].bytes_list.value[0]) for f in feature] == [
+        (0, 0, b'7'), (0, 300, b'7'), (0, 600, b'7'), (0, 700, b'7')]
+    assert [(f[fmt.IMAGE_WIDTH].int64_list.value[0], f[fmt.IMAGE_HEIGHT].int64_list.value[0])
+            for f in feature] == [(400, 300)] * 4
+    tile3 = tf.io.decode_jpeg(feature[3][fmt.IMAGE_ENCODED].bytes_list.value[0]).numpy()
+    assert abs(int(tile3[150, 0, 0]) - 700 // 5) <= 2  # JPEG: within 2 levels of x = 700
+    xmin = [list(f[fmt.OBJECT_BBOX_XMIN].float_list.value) for f in feature]
+    np.testing.assert_allclose(xmin[1], [50 / 400, 80 / 400, 70 / 400], rtol=1e-6)
+    tiles_json = json.loads((tmp_path / 'out' / 'train-tiles.json').read_text())
+    assert [image['tile'] for image in tiles_json['images']][3] == {
+        'source_id': 7, 'origin_y': 0, 'origin_x': 700}
+    edge = [a for a in tiles_json['annotations'] if a['image_id'] == 4]
+    np.testing.assert_allclose(edge[0]['bbox'], [350, 280, 50, 20], atol=1e-4)
+    assert edge[0]['category_id'] == 3 and edge[0]['area'] == pytest.approx(1000)

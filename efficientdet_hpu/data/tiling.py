@@ -64,3 +64,30 @@ def to_photo(boxes, window):
     """Tile-pixel boxes [K, 4] -> photo pixels (adds the tile origin)."""
     origin = np.array([window.y0, window.x0, window.y0, window.x0], np.float64)
     return np.asarray(boxes, np.float64).reshape(-1, 4) + origin
+
+
+def split_record(record, tile, overlap, min_visible=0.5, min_side=2.0, first_id=1):
+    """One coco_annotations.ImageRecord of a photo -> one ImageRecord per tile.
+
+    Tiles get image ids first_id, first_id + 1, ...; their file_name is the photo's plus
+    '#tile-y<y0>-x<x0>', `tile` its window and `source_id` the photo's id. Boxes are normalised
+    to the tile and their areas are the clipped boxes' pixel areas.
+    Returns (tile records, number of the photo's boxes that no tile kept).
+    """
+    scale = np.array([record.height, record.width] * 2, np.float64)
+    boxes = np.asarray(record.boxes, np.float64).reshape(-1, 4) * scale
+    tiles, kept_anywhere = [], set()
+    for offset, window in enumerate(tile_windows(record.height, record.width, tile, overlap)):
+        kept, indices = boxes_in_tile(boxes, window, min_visible, min_side)
+        kept_anywhere.update(indices.tolist())
+        height, width = window.y1 - window.y0, window.x1 - window.x0
+        tiles.append(type(record)(
+            first_id + offset, '%s#tile-y%d-x%d' % (record.file_name, window.y0, window.x0),
+            record.path, width, height,
+            [tuple(box) for box in (kept / [height, width, height, width]).tolist()],
+            [record.labels[i] for i in indices], [record.names[i] for i in indices],
+            [record.is_crowd[i] for i in indices],
+            [float((b[2] - b[0]) * (b[3] - b[1])) for b in kept],
+            tile=tuple(window), source_id=record.image_id,
+            photo_size=(record.height, record.width)))
+    return tiles, len(boxes) - len(kept_anywhere)

@@ -10,6 +10,7 @@ from PIL import Image
 from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import tiling
 from efficientdet_hpu.datatools import create_coco_tfrecord
+from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.data.tiling import Window
 
 
@@ -105,3 +106,58 @@ def test_converter_writes_tiles_with_their_origin_and_a_tiles_json(tmp_path):
     edge = [a for a in tiles_json['annotations'] if a['image_id'] == 4]
     np.testing.assert_allclose(edge[0]['bbox'], [350, 280, 50, 20], atol=1e-4)
     assert edge[0]['category_id'] == 3 and edge[0]['area'] == pytest.approx(1000)
+
+
+class BrightBoxPredictor:
+    """A stand-in network for the tiling glue: per tile, one detection, the bounding box of
+    its bright pixels (class 1), scored 0.9 minus the tile's call order / 100; and a second,
+    overlapping detection of the same class when `twins` (the model's own output, which the
+    merge must leave alone)."""
+
+    def __init__(self, twins=False):
+        self.calls, self.twins = [], twins
+
+    def predict(self, images):
+        self.calls.append(images.shape)
+        batch = len(images)
+        boxes = np.zeros((batch, 2, 4), np.float32)
+        scores = np.zeros((batch, 2), np.float32)
+        counts = np.zeros(batch, np.int32)
+        for index, image in enumerate(images):
+            ys, xs = np.nonzero(image[..., 0] > 128)
+            if ys.size:
+                boxes[index, 0] = [ys.min(), xs.min(), ys.max() + 1, xs.max() + 1]
+                scores[index, 0] = 0.9 - (len(self.calls) * 10 + index) / 100
+                counts[index] = 1
+                if self.twins:
+                    boxes[index, 1] = boxes[index, 0] + [0, 1, 0, 1]
+                    scores[index, 1], counts[index] = 0.1, 2
+        return {'detection_boxes': boxes, 'detection_scores': scores,
+                'detection_classes': np.ones((batch, 2), np.int64), 'num_detections': counts}
+
+    def close(self):
+        pass
+
+
+def test_tiled_prediction_maps_back_and_merges_across_seams():
+    # Square A (x 350..390) lies in the overlap of tiles 0 and 1, square B (x 900..950) in
+    # that of tiles 2 and 3: each is seen whole by two tiles and kept once, by the first
+    # tile's (higher) score; in photo pixels.
+    photo = np.zeros((300, 1100, 3), np.uint8)
+    photo[100:140, 350:390] = 255
+    photo[20:60, 900:950] = 255
+    stub = BrightBoxPredictor()
+    outputs = tiled_predict.predict_tiled(stub, photo, tile_size=400, overlap=100,
+                                          batch_size=3)
+    assert stub.calls == [(3, 300, 400, 3), (1, 300, 400, 3)]
+    assert outputs['num_detections'].tolist() == [2]
+    np.testing.assert_array_equal(outputs['detection_boxes'][0],
+                                  [[100, 350, 140, 390], [20, 900, 60, 950]])
+    np.testing.assert_allclose(outputs['detection_scores'][0], [0.8, 0.78])
+    # Two overlapping detections of one tile (the model's own output) both stay.
+    twins = tiled_predict.predict_tiled(BrightBoxPredictor(twins=True), photo[:, :400], 400, 100)
+    assert twins['num_detections'].tolist() == [2]
+    # max_detections caps the merged list, best first.
+    capped = tiled_predict.predict_tiled(BrightBoxPredictor(), photo, 400, 100,
+                                         max_detections=1)
+    np.testing.assert_array_equal(capped['detection_boxes'][0], [[100, 350, 140, 390]])

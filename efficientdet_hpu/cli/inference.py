@@ -28,6 +28,7 @@ from efficientdet_hpu.serving import onnx_runner
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
+from efficientdet_hpu.serving import tiled_predict
 
 FLAGS = flags.FLAGS
 
@@ -61,6 +62,12 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_float('min_score', 0.3, 'predict: draw detections scoring at least this '
                        '(the JSON keeps every detection).')
+    flags.DEFINE_integer('tile_size', 0, 'predict: run overlapping tiles of this many pixels '
+                         'and merge them over the whole photo (0: the whole image at once).',
+                         lower_bound=0)
+    flags.DEFINE_integer('tile_overlap', 64, 'predict: pixels adjacent tiles share.',
+                         lower_bound=0)
+    flags.DEFINE_integer('tile_batch_size', 4, 'predict: tiles per network call.', lower_bound=1)
     flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
                       'error messages.')
 
@@ -123,7 +130,13 @@ def _predictor_and_names():
 
 def run_predict():
     _require('input', 'output_dir')
+    if FLAGS.tile_size and not FLAGS.tile_overlap < FLAGS.tile_size:
+        raise model_spec.InferenceError('--tile_overlap=%d must be smaller than --tile_size=%d'
+                                        % (FLAGS.tile_overlap, FLAGS.tile_size))
     predictor, names = _predictor_and_names()
+    if FLAGS.tile_size:
+        predictor = tiled_predict.TiledPredictor(predictor, FLAGS.tile_size, FLAGS.tile_overlap,
+                                                 FLAGS.tile_batch_size)
     try:
         return predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
                                      repeat=FLAGS.repeat, min_score=FLAGS.min_score)

@@ -30,32 +30,25 @@ def _same_pad(x, kernel, stride):
     return np.pad(x, pads + [(0, 0)])
 
 
-def conv(x, weight, stride=1):
-    """x [H, W, Cin], weight [Cout, Cin, k, k] -> [H', W', Cout]."""
-    kernel = weight.shape[-1]
-    if kernel == 1 and stride == 1:
-        return x @ weight[:, :, 0, 0].T
+def _shifted_windows(x, kernel, stride):
+    """(i, j, x's 'same'-padded pixels under kernel tap (i, j) at every output position)."""
     padded = _same_pad(x, kernel, stride)
     out_h, out_w = -(-x.shape[0] // stride), -(-x.shape[1] // stride)
-    result = np.zeros((out_h, out_w, weight.shape[0]))
     for i in range(kernel):
         for j in range(kernel):
-            window = padded[i:i + stride * out_h:stride, j:j + stride * out_w:stride]
-            result += window @ weight[:, :, i, j].T
-    return result
+            yield i, j, padded[i:i + stride * out_h:stride, j:j + stride * out_w:stride]
+
+
+def conv(x, weight, stride=1):
+    """x [H, W, Cin], weight [Cout, Cin, k, k] -> [H', W', Cout]."""
+    return sum(window @ weight[:, :, i, j].T
+               for i, j, window in _shifted_windows(x, weight.shape[-1], stride))
 
 
 def depthwise(x, weight, stride):
     """x [H, W, C], weight [C, 1, k, k] -> [H', W', C]."""
-    kernel = weight.shape[-1]
-    padded = _same_pad(x, kernel, stride)
-    out_h, out_w = -(-x.shape[0] // stride), -(-x.shape[1] // stride)
-    result = np.zeros((out_h, out_w, x.shape[2]))
-    for i in range(kernel):
-        for j in range(kernel):
-            window = padded[i:i + stride * out_h:stride, j:j + stride * out_w:stride]
-            result += window * weight[:, 0, i, j]
-    return result
+    return sum(window * weight[:, 0, i, j]
+               for i, j, window in _shifted_windows(x, weight.shape[-1], stride))
 
 
 def batch_norm(x, state, prefix):

@@ -10,6 +10,7 @@ from PIL import Image
 from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import tiling
 from efficientdet_hpu.datatools import create_coco_tfrecord
+from efficientdet_hpu.serving import photo_eval
 from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.data.tiling import Window
 
@@ -161,3 +162,28 @@ def test_tiled_prediction_maps_back_and_merges_across_seams():
     capped = tiled_predict.predict_tiled(BrightBoxPredictor(), photo, 400, 100,
                                          max_detections=1)
     np.testing.assert_array_equal(capped['detection_boxes'][0], [[100, 350, 140, 390]])
+
+
+def test_photo_metrics_worked_by_hand(tmp_path):
+    # Ground truth A [0, 0, 10, 10] and B [20, 20, 10, 10] (x, y, w, h) on photo.jpg; found:
+    # A exactly (0.9), B shifted 4 px right (0.8): overlap 6 x 10 = 60, union 140, IoU 0.43.
+    # At IoU >= 0.5 only A matches: precision 1 up to recall 0.5, so 51 of COCO's 101 recall
+    # points: AP = AP50 = 51 / 101. At IoU 0.4 both match: recall 1.
+    gt = tmp_path / 'photo.json'
+    gt.write_text(json.dumps({
+        'images': [{'id': 5, 'file_name': 'dir/photo.jpg', 'width': 100, 'height': 100}],
+        'annotations': [{'id': 1, 'image_id': 5, 'category_id': 1, 'bbox': [0, 0, 10, 10],
+                         'area': 100, 'iscrowd': 0},
+                        {'id': 2, 'image_id': 5, 'category_id': 1, 'bbox': [20, 20, 10, 10],
+                         'area': 100, 'iscrowd': 0}],
+        'categories': [{'id': 1, 'name': 'tree'}]}))
+    rows = [{'image_id': 1, 'file_name': 'photo.jpg', 'category_id': 1,
+             'bbox': [0, 0, 10, 10], 'score': 0.9},
+            {'image_id': 1, 'file_name': 'photo.jpg', 'category_id': 1,
+             'bbox': [24, 20, 10, 10], 'score': 0.8}]
+    metrics = photo_eval.evaluate(rows, str(gt))
+    assert metrics['photos'] == 1 and metrics['annotations'] == 2 and metrics['detections'] == 2
+    assert metrics['AP'] == pytest.approx(51 / 101) and metrics['AP50'] == pytest.approx(51 / 101)
+    assert metrics['recall_iou0.4'] == pytest.approx(1.0)
+    with pytest.raises(photo_eval.InferenceError, match='none of the predicted photos'):
+        photo_eval.evaluate([dict(rows[0], file_name='other.jpg')], str(gt))

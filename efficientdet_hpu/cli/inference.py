@@ -16,15 +16,20 @@ serving/tflite_export.py for the TFLite files and serving/onnx_export.py for the
 (written into export_dir beside the SavedModel; an export that includes saved_model replaces
 export_dir, older .tflite and .onnx files included).
 """
+import json
+import os
+
 from efficientdet_hpu.core import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
 
+from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import cli
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import onnx_export
 from efficientdet_hpu.serving import onnx_runner
+from efficientdet_hpu.serving import photo_eval
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
@@ -68,6 +73,9 @@ def define_flags():
     flags.DEFINE_integer('tile_overlap', 64, 'predict: pixels adjacent tiles share.',
                          lower_bound=0)
     flags.DEFINE_integer('tile_batch_size', 4, 'predict: tiles per network call.', lower_bound=1)
+    flags.DEFINE_string('annotations_file', None, 'predict: a COCO JSON of the input photos '
+                        '(matched by file name): AP, AP50 and recall at IoU 0.4 into '
+                        'output_dir/metrics.json.')
     flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
                       'error messages.')
 
@@ -138,10 +146,17 @@ def run_predict():
         predictor = tiled_predict.TiledPredictor(predictor, FLAGS.tile_size, FLAGS.tile_overlap,
                                                  FLAGS.tile_batch_size)
     try:
-        return predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
-                                     repeat=FLAGS.repeat, min_score=FLAGS.min_score)
+        status = predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
+                                       repeat=FLAGS.repeat, min_score=FLAGS.min_score)
     finally:
         predictor.close()
+    if FLAGS.annotations_file and status == 0:
+        metrics = photo_eval.evaluate_file(
+            os.path.join(FLAGS.output_dir, predict.RESULTS_FILE), FLAGS.annotations_file)
+        atomic_file.write_json_atomically(os.path.join(FLAGS.output_dir, 'metrics.json'),
+                                          metrics, indent=1)
+        print('against %s: %s' % (FLAGS.annotations_file, json.dumps(metrics)))
+    return status
 
 
 COMMANDS = {'export': run_export, 'predict': run_predict}

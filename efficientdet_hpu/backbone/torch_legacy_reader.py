@@ -130,8 +130,8 @@ def _read_storages(file, path, storages, keys):
 def _materialise(tensor, arrays, path, name):
     flat = arrays[tensor.storage]
     itemsize = flat.dtype.itemsize
-    if not tensor.size:
-        return flat[tensor.offset].copy()
+    if not tensor.size:  # A 0-d tensor (e.g. BN's num_batches_tracked).
+        return np.array(flat[tensor.offset])
     end = tensor.offset + sum((n - 1) * s for n, s in zip(tensor.size, tensor.stride)) + 1
     if min(tensor.size) > 0 and end > flat.size:
         raise TorchFileError('%s: tensor %s reaches past its storage' % (path, name))

@@ -254,6 +254,26 @@ def test_tiled_prediction_on_the_tiny_model(exported, tiny_dataset):
     assert _detections(both) == sorted(expected, key=lambda row: -row[0])
 
 
+def test_tiled_predict_cli_from_model_dir_scores_the_whole_photo(tiny_trained_run, tiny_dataset,
+                                                                 tmp_path):
+    # One val photo in tiles of 64 px (several batches of 3, the last one smaller), through
+    # the checkpoint graph, scored against the val JSON (only this photo: matched by name).
+    with open(tiny_dataset['val_json']) as f:
+        photo = json.load(f)['images'][0]
+    path = os.path.join(tiny_dataset['root'], 'val', photo['file_name'])
+    output_dir = tmp_path / 'out'
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % tiny_trained_run,
+                         '--input=%s' % path, '--output_dir=%s' % output_dir,
+                         '--tile_size=64', '--tile_overlap=8', '--tile_batch_size=3',
+                         '--annotations_file=%s' % tiny_dataset['val_json']])
+    assert result.returncode == 0, result.stdout[-5000:]
+    metrics = json.loads((output_dir / 'metrics.json').read_text())
+    assert metrics['photos'] == 1 and metrics['detections'] > 100  # Several tiles' worth.
+    assert 0 <= metrics['AP'] <= 1 and 0 <= metrics['recall_iou0.4'] <= 1
+    rows = json.loads((output_dir / 'detections.json').read_text())
+    assert max(r['bbox'][0] + r['bbox'][2] for r in rows) > 64  # Boxes beyond the first tile.
+
+
 def test_predict_from_model_dir_and_nothing_readable(tiny_trained_run, tmp_path):
     broken = tmp_path / 'broken'
     broken.mkdir()

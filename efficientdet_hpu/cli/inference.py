@@ -132,7 +132,8 @@ def _predictor_and_names():
                                         '--tflite=FILE.tflite, --onnx=FILE.onnx or '
                                         '--model_dir=DIR (a training run)')
     spec = _spec_from_flags()
-    return (detector.GraphPredictor(spec, batch_size=1),
+    # Tiles come in batches of --tile_batch_size (the last one smaller): any batch size.
+    return (detector.GraphPredictor(spec, batch_size=None if FLAGS.tile_size else 1),
             predict.category_names(spec.label_map))
 
 

@@ -26,8 +26,22 @@ def _box(cy, cx, half_h, half_w):
 
 def test_level_shapes():
     assert anchors.level_shapes(64, 128, 4, 5) == {4: (4, 8), 5: (2, 4)}
-    with pytest.raises(ValueError, match='multiple of 2\\*\\*max_level'):
+    with pytest.raises(ValueError, match='multiple of 2\\*\\*min\\(max_level, 5\\) = 32'):
         anchors.level_shapes(100, 64, 3, 5)
+
+
+def test_level_shapes_above_level_5_round_up_as_automl():
+    # EfficientDet-Lite0 at 320: 320 / 32 = 10 at level 5, then ceil(10/2) = 5, ceil(5/2) = 3
+    # (automl's get_feat_sizes); Lite2 at 448: 14, 7, 4.
+    assert anchors.level_shapes(320, 320, 3, 7) == {3: (40, 40), 4: (20, 20), 5: (10, 10),
+                                                    6: (5, 5), 7: (3, 3)}
+    assert anchors.level_shapes(448, 320, 6, 7) == {6: (7, 5), 7: (4, 3)}
+    # Level-7 anchors of a 320 image: stride 320 / 3, centres at stride / 2 + i * stride.
+    boxes = anchors.generate_anchor_boxes(320, 320, 7, 7, 1, [1.0], 3.0)
+    stride = 320 / 3
+    assert boxes.shape == (9, 4)
+    np.testing.assert_allclose(boxes[4], [stride * 1.5 - 1.5 * stride] * 2
+                               + [stride * 1.5 + 1.5 * stride] * 2, rtol=1e-6, atol=1e-4)
 
 
 def test_anchor_table_one_scale_two_ratios():

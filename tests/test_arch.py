@@ -246,10 +246,26 @@ def test_fpn_options_build_with_exact_shapes(overrides, present, absent):
     assert not set(absent) & names
 
 
-def test_image_size_not_divisible_is_a_config_error():
-    config = tiny_config(image_size=96, max_level=7)
+def test_levels_above_5_round_up_and_upsample_nearest_as_automl():
+    # 160 px, levels 3-7: 20, 10, 5, then ceil: 3, 2. The BiFPN upsamples 2 -> 3 and 3 -> 5
+    # by nearest resizing (source index floor(i * 3 / 5): 0, 0, 1, 1, 2).
+    config = tiny_config(image_size=160, max_level=7)
     with tf.Graph().as_default():
-        with pytest.raises(hparams_config.ConfigError, match='divisible by 2\\^max_level = 128'):
+        class_outputs, _ = efficientdet_arch.build_model(_images(config, batch=1), config, False)
+        assert {l: t.shape.as_list()[1:3] for l, t in class_outputs.items()} == {
+            3: [20, 20], 4: [10, 10], 5: [5, 5], 6: [3, 3], 7: [2, 2]}
+        small = tf.reshape(tf.range(3.0), [1, 3, 1, 1])
+        with tf1.Session() as session:
+            upsampled = session.run(efficientdet_arch.resample_feature_map(
+                small, 'test', (5, 1), 1, norm_fn=None, apply_bn=False))
+    assert upsampled.reshape(-1).tolist() == [0.0, 0.0, 1.0, 1.0, 2.0]
+
+
+def test_image_size_not_divisible_is_a_config_error():
+    config = tiny_config(image_size=80, max_level=7)
+    with tf.Graph().as_default():
+        with pytest.raises(hparams_config.ConfigError,
+                           match='divisible by 2\\^min\\(max_level, 5\\) = 32'):
             efficientdet_arch.build_model(_images(config), config, False)
 
 

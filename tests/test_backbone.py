@@ -31,8 +31,7 @@ def classifier_head_params(model_name):
     + the 1000-way dense layer (weights + bias). For B0: 320*1280 + 2*1280 + 1280*1000 + 1000
     = 409,600 + 2,560 + 1,281,000 = 1,693,160, leaving 5,288,548 - 1,693,160 = 3,595,388
     (~3.6M) for the stem and the 16 MBConv blocks."""
-    width = builder.scaling_coefficients(model_name)[0]
-    head = builder.round_filters(CLASSIFIER_HEAD_FILTERS, width)
+    head = builder.head_filters(model_name)
     last = builder.scaled_blocks(model_name)[-1].output_filters
     return last * head + 2 * head + head * 1000 + 1000
 
@@ -64,6 +63,34 @@ def test_block_counts():
     # B0: 1+2+2+3+3+4+1; B7 (depth 3.1): 4+7+7+10+10+13+4.
     assert counts['efficientnet-b0'] == 16
     assert counts['efficientnet-b7'] == 55
+
+
+# EfficientNet-Lite classifiers as published with TF EfficientNet's lite/ README (millions).
+PUBLISHED_LITE_CLASSIFIER_MILLIONS = {
+    'efficientnet-lite0': 4.7, 'efficientnet-lite1': 5.4, 'efficientnet-lite2': 6.1,
+    'efficientnet-lite3': 8.2, 'efficientnet-lite4': 13.0}
+
+
+def test_lite_stages_fix_stem_first_and_last_stage_and_drop_se():
+    # Lite4 (width 1.4, depth 1.8): stages 1 and 7 keep 1 block; 2*1.8 -> 4, 3*1.8 -> 6,
+    # 4*1.8 -> 8. The stem stays 32 filters, so block 0 takes 32 (B4's would be 48).
+    blocks = builder.scaled_blocks('efficientnet-lite4')
+    assert len(blocks) == 1 + 4 + 4 + 6 + 6 + 8 + 1
+    assert [b.input_filters for b in blocks[:2]] == [32, 24]
+    assert {b.se_ratio for b in blocks} == {0.0}
+    assert (builder.stem_filters('efficientnet-lite4'), builder.head_filters('efficientnet-lite4'),
+            builder.head_filters('efficientnet-b4')) == (32, 1280, 1792)
+    assert len(builder.scaled_blocks('efficientnet-b4')) == 2 + 4 + 4 + 6 + 6 + 8 + 2
+
+
+@pytest.mark.parametrize('model_name', [
+    pytest.param(name, marks=() if name == 'efficientnet-lite0' else pytest.mark.slow)
+    for name in sorted(PUBLISHED_LITE_CLASSIFIER_MILLIONS)])
+def test_lite_backbone_plus_head_matches_published_classifier(model_name):
+    with tf.Graph().as_default():
+        _build(model_name, 32, 32)
+        count = _trainable_count() + classifier_head_params(model_name)
+    assert round(count / 1e6, 1) == PUBLISHED_LITE_CLASSIFIER_MILLIONS[model_name]
 
 
 def test_decode_block_rejects_bad_string():

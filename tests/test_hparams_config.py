@@ -18,8 +18,27 @@ def test_variant_table_holds_the_published_scaling():
     assert d3.nms_configs.max_output_size == 100 and d3.weight_decay == 4e-5
 
 
+def test_lite_variants_are_automls():
+    # automl's efficientdet_lite_param_dict: relu6, 'sum' fusion, (x - 127) / 128 inputs.
+    lite = {name: get_efficientdet_config('efficientdet-' + name) for name in
+            ('lite0', 'lite1', 'lite2', 'lite3', 'lite3x', 'lite4')}
+    assert {n: (c.backbone_name, c.image_size, c.fpn_num_filters, c.fpn_cell_repeats,
+                c.box_class_repeats, c.anchor_scale) for n, c in lite.items()} == {
+        'lite0': ('efficientnet-lite0', 320, 64, 3, 3, 3.0),
+        'lite1': ('efficientnet-lite1', 384, 88, 4, 3, 3.0),
+        'lite2': ('efficientnet-lite2', 448, 112, 5, 3, 3.0),
+        'lite3': ('efficientnet-lite3', 512, 160, 6, 4, 4.0),
+        'lite3x': ('efficientnet-lite3', 640, 200, 6, 4, 3.0),
+        'lite4': ('efficientnet-lite4', 640, 224, 7, 4, 4.0)}
+    for config in lite.values():
+        assert (config.act_type, config.fpn_weight_method, config.mean_rgb,
+                config.stddev_rgb) == ('relu6', 'sum', [127.0] * 3, [128.0] * 3)
+    d0 = get_efficientdet_config('efficientdet-d0')
+    assert (d0.act_type, d0.mean_rgb[0]) == ('swish', 0.485 * 255)
+
+
 def test_unknown_model_name_lists_valid_choices():
-    with pytest.raises(ConfigError, match=r"efficientdet-d9.*efficientdet-d0.*efficientdet-d7x"):
+    with pytest.raises(ConfigError, match=r"efficientdet-d9.*efficientdet-d0.*efficientdet-lite4"):
         get_efficientdet_config('efficientdet-d9')
 
 
@@ -89,9 +108,11 @@ def test_yaml_round_trip_is_exact():
 def test_validate_rejects_sizes_not_divisible_by_the_coarsest_stride():
     config = get_efficientdet_config('efficientdet-d0')
     config.override('image_size=500')
-    with pytest.raises(ConfigError, match=r'divisible by 2\^max_level = 128.*512x512'):
+    with pytest.raises(ConfigError, match=r'divisible by 2\^min\(max_level, 5\) = 32.*512x512'):
         hparams_config.validate(config)
     config.override('image_size=640x384')
+    hparams_config.validate(config)
+    config.override('image_size=320')  # EfficientDet-Lite0's: levels 6 and 7 round up.
     hparams_config.validate(config)
 
 

@@ -1,6 +1,7 @@
 """Export and prediction end to end on a tiny trained model: the SavedModel, loaded with plain
 tf.saved_model.load in a fresh process, gives eval mode's detections (both signatures); the
 predict CLI annotates a directory of odd images and skips a corrupt one."""
+import io
 import json
 import os
 import pickle
@@ -16,6 +17,8 @@ from PIL import Image
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.ops import host_postprocess
+from efficientdet_hpu.serving import detector
+from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.serving import visualize
 from efficientdet_hpu.training import det_model_fn
 from cli_runs import assert_one_line_error, run_python
@@ -217,6 +220,58 @@ def test_predict_directory_with_a_corrupt_file(exported, tiny_dataset, tmp_path)
         assert row['category_id'] in categories and len(row['bbox']) == 4
         assert 0 <= row['score'] <= 1 and row['bbox'][2] >= 0 and row['bbox'][3] >= 0
     assert {r['image_id'] for r in rows if r['file_name'] == '000001.jpg'} == {1}
+
+
+def _detections(outputs, index=0, shift_x=0.0):
+    """[(score, class, box in float32 after the shift)] of one image."""
+    count = int(outputs['num_detections'][index])
+    boxes = (outputs['detection_boxes'][index][:count].astype(np.float64)
+             + [0, shift_x, 0, shift_x]).astype(np.float32)
+    return list(zip(outputs['detection_scores'][index][:count].tolist(),
+                    outputs['detection_classes'][index][:count].tolist(),
+                    map(tuple, boxes.tolist())))
+
+
+def test_tiled_prediction_on_the_tiny_model(exported, tiny_dataset):
+    predictor = detector.SavedModelPredictor(exported)
+    left, right = [np.asarray(Image.open(io.BytesIO(jpeg)).convert('RGB')) for jpeg in
+                   list(_val_records(tiny_dataset['val_pattern']).values())[:2]]
+    side = min(left.shape[:2] + right.shape[:2])  # Square crops: one tile each.
+    left, right = left[:side, :side], right[:side, :side]
+    untiled = predictor.predict(left[None])
+    # A photo that fits one tile: exactly the untiled outputs.
+    one_tile = tiled_predict.predict_tiled(predictor, left, tile_size=side, overlap=0)
+    count = int(untiled['num_detections'][0])
+    assert int(one_tile['num_detections'][0]) == count > 0
+    for key in ('detection_boxes', 'detection_scores', 'detection_classes'):
+        np.testing.assert_array_equal(one_tile[key][0], untiled[key][0][:count])
+    # Two images side by side, one tile each: each image's own detections, the right one's
+    # moved by the left one's width (boxes are clipped to their tile: none overlap the seam).
+    both = tiled_predict.predict_tiled(predictor, np.concatenate([left, right], axis=1),
+                                       tile_size=side, overlap=0, batch_size=2)
+    expected = _detections(untiled) + _detections(predictor.predict(right[None]), shift_x=side)
+    # Merged best first; equal scores keep the left tile's before the right tile's.
+    assert _detections(both) == sorted(expected, key=lambda row: -row[0])
+
+
+def test_tiled_predict_cli_from_model_dir_scores_the_whole_photo(tiny_trained_run, tiny_dataset,
+                                                                 tmp_path):
+    # One val photo in tiles of 64 px (several batches of 3, the last one smaller), through
+    # the checkpoint graph, scored against the val JSON (only this photo: matched by name).
+    with open(tiny_dataset['val_json']) as f:
+        photo = json.load(f)['images'][0]
+    path = os.path.join(tiny_dataset['root'], 'val', photo['file_name'])
+    output_dir = tmp_path / 'out'
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % tiny_trained_run,
+                         '--input=%s' % path, '--output_dir=%s' % output_dir,
+                         '--tile_size=64', '--tile_overlap=8', '--tile_batch_size=3',
+                         '--annotations_file=%s' % tiny_dataset['val_json']])
+    assert result.returncode == 0, result.stdout[-5000:]
+    metrics = json.loads((output_dir / 'metrics.json').read_text())
+    assert metrics['photos'] == 1 and metrics['detections'] > 100  # Several tiles' worth.
+    assert 0 <= metrics['AP'] <= 1 and 0 <= metrics['recall_iou0.4'] <= 1
+    rows = json.loads((output_dir / 'detections.json').read_text())
+    assert max(r['bbox'][0] + r['bbox'][2] for r in rows) > 64  # Boxes beyond the first tile.
 
 
 def test_predict_from_model_dir_and_nothing_readable(tiny_trained_run, tmp_path):

@@ -4,6 +4,13 @@ Published (paper Table 2 and the google/automl README, in millions): counted ove
 trainable variables, i.e. conv kernels and biases, BN gamma/beta and fusion weights; BN moving
 statistics are not parameters. Parameters do not depend on the image size, so each variant
 is built (never run) at its smallest legal size, 2**max_level, with batch 1.
+
+EfficientDet-Lite0..Lite4: published in the google/automl README (3.2M ... 15.1M) and counted
+exactly with automl's own code: a scratch step outside this repository ran automl's TF1
+`efficientdet_arch.efficientdet` (google/automl at 6a54c87, `efficientdet/`, on PYTHONPATH,
+is_training_bn=False, 90 classes, a [1, 128, 128, 3] placeholder) and summed its trainable
+variables; the totals and the `efficientnet-liteN/` share are AUTOML_LITE_COUNTS. The same step
+found automl's global variable names and shapes equal to ours (1,068 of them for Lite4).
 """
 import functools
 
@@ -21,7 +28,17 @@ PUBLISHED_MILLIONS = {
     'efficientdet-d0': 3.9, 'efficientdet-d1': 6.6, 'efficientdet-d2': 8.1,
     'efficientdet-d3': 12.0, 'efficientdet-d4': 20.7, 'efficientdet-d5': 33.7,
     'efficientdet-d6': 51.9, 'efficientdet-d7': 51.9, 'efficientdet-d7x': 77.0,
+    'efficientdet-lite0': 3.2, 'efficientdet-lite1': 4.2, 'efficientdet-lite2': 5.3,
+    'efficientdet-lite3': 8.4, 'efficientdet-lite3x': 9.3, 'efficientdet-lite4': 15.1,
 }
+
+# (all trainable, the efficientnet-liteN/ backbone's share), counted by automl's code.
+AUTOML_LITE_COUNTS = {
+    'efficientdet-lite0': (3243470, 2958848), 'efficientdet-lite1': (4248318, 3723520),
+    'efficientdet-lite2': (5252334, 4357952), 'efficientdet-lite3': (8350862, 6422016),
+    'efficientdet-lite3x': (9280862, 6422016), 'efficientdet-lite4': (15130894, 11149568),
+}
+FAST = ('efficientdet-d0', 'efficientdet-lite0')  # The rest are 5-15 s graphs each: slow.
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,13 +57,34 @@ def _count(shapes):
     return int(sum(np.prod(shape) for shape in shapes))
 
 
-@pytest.mark.parametrize('model_name', [  # D1-D7x are full-size graphs of 5-15 s each: slow.
-    pytest.param(name, marks=() if name == 'efficientdet-d0' else pytest.mark.slow)
-    for name in sorted(PUBLISHED_MILLIONS)])
+def _variants(names):
+    return [pytest.param(name, marks=() if name in FAST else pytest.mark.slow)
+            for name in sorted(names)]
+
+
+@pytest.mark.parametrize('model_name', _variants(PUBLISHED_MILLIONS))
 def test_params_match_published(model_name):
     count = _count(trainable_shapes(model_name).values())
     published = PUBLISHED_MILLIONS[model_name] * 1e6
     assert abs(count - published) / published < 0.015, (model_name, count)
+
+
+@pytest.mark.parametrize('model_name', _variants(AUTOML_LITE_COUNTS))
+def test_lite_params_equal_automls_own_count(model_name):
+    shapes = trainable_shapes(model_name)
+    backbone_name = hparams_config.get_efficientdet_config(model_name).backbone_name
+    backbone = [s for n, s in shapes.items() if n.startswith(backbone_name + '/')]
+    assert (_count(shapes.values()), _count(backbone)) == AUTOML_LITE_COUNTS[model_name]
+
+
+def test_lite0_backbone_has_no_squeeze_excite_and_a_fixed_stem():
+    # EfficientNet-Lite0: stem 3x3x3x32 unscaled, 16 blocks (1+2+2+3+3+4+1), no se/ scopes.
+    shapes = trainable_shapes('efficientdet-lite0')
+    backbone = {n: s for n, s in shapes.items() if n.startswith('efficientnet-lite0/')}
+    assert backbone['efficientnet-lite0/stem/conv2d/kernel'] == (3, 3, 3, 32)
+    assert not [n for n in backbone if '/se/' in n]
+    blocks = {n.split('/')[1] for n in backbone if '/blocks_' in n}
+    assert blocks == {'blocks_%d' % i for i in range(16)}
 
 
 def test_only_class_predict_depends_on_the_class_count():

@@ -145,7 +145,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_dataset, tmp_pat
 @pytest.mark.parametrize('extra, message', [
     (['--training_file_pattern=/nonexistent/train-*.tfrecord'], 'no files match'),
     (['--train_batch_size=0'], 'must be a positive number of images per rank'),
-    (['--hparams=image_size=100'], 'must be divisible by 2^max_level'),
+    (['--hparams=image_size=100'], 'must be divisible by 2^min(max_level, 5)'),
     (['--model_name=efficientdet-d9'], "unknown model_name 'efficientdet-d9'"),
 ])
 def test_user_errors_are_clear(tiny_dataset, tmp_path, extra, message):

@@ -1,6 +1,13 @@
-"""EfficientNet-B0..B7 as data: the B0 block table, the compound-scaling coefficients and the
-rounding rules that turn them into per-block arguments (Tan & Le, ICML 2019, Table 1 and
-section 3.3; coefficients and rounding as in the public TF EfficientNet).
+"""EfficientNet-B0..B7 and EfficientNet-Lite0..Lite4 as data: the B0 block table, the
+compound-scaling coefficients and the rounding rules that turn them into per-block arguments
+(Tan & Le, ICML 2019, Table 1 and section 3.3; coefficients and rounding as in the public TF
+EfficientNet).
+
+The Lite variants (TF EfficientNet's `lite/efficientnet_lite_builder`, used by google/automl's
+EfficientDet-Lite) are the same table made edge-friendly: no squeeze-excitation, ReLU6 (the
+caller's act_type; EfficientDet-Lite's config sets it), and a fixed stem and head: the stem's 32
+filters and the first and last stages' repeats are not scaled. Their ImageNet weights expect
+inputs normalised as (x - 127) / 128 (config/model_variants.py), not the B0-B7 mean/std.
 
 `build_backbone` is the entry point EfficientDet uses: it returns the level 1-5 feature maps.
 """
@@ -39,7 +46,13 @@ SCALING = {
     'efficientnet-b5': (1.6, 2.2),
     'efficientnet-b6': (1.8, 2.6),
     'efficientnet-b7': (2.0, 3.1),
+    'efficientnet-lite0': (1.0, 1.0),
+    'efficientnet-lite1': (1.0, 1.1),
+    'efficientnet-lite2': (1.1, 1.2),
+    'efficientnet-lite3': (1.2, 1.4),
+    'efficientnet-lite4': (1.4, 1.8),
 }
+HEAD_FILTERS = 1280  # The ImageNet classifier's 1x1 conv (scaled for B0-B7, fixed for Lite).
 
 # Stochastic depth inside EfficientDet, as google/automl builds it (efficientdet_arch.py
 # build_backbone) and Habana's port keeps it: EfficientNet's default keep probability 0.8,
@@ -70,6 +83,12 @@ def round_filters(filters, width_coefficient, divisor=DEPTH_DIVISOR):
     return int(rounded)
 
 
+def is_lite(model_name):
+    """True for 'efficientnet-lite0' .. 'efficientnet-lite4' (validates the name)."""
+    scaling_coefficients(model_name)
+    return model_name.startswith('efficientnet-lite')
+
+
 def round_repeats(repeats, depth_coefficient):
     """Scales a stage's block count, rounding up."""
     return int(math.ceil(depth_coefficient * repeats))
@@ -86,14 +105,22 @@ def scaled_blocks(model_name):
     """One BlockArgs per block (repeats unrolled) of the scaled network, in order.
 
     Within a stage only the first block strides and changes width; the rest take the stage's
-    output filters as input with stride 1.
+    output filters as input with stride 1. Lite: no SE, first and last stages not deepened,
+    and the first block takes the unscaled stem's filters.
     """
     width, depth = scaling_coefficients(model_name)
+    lite = is_lite(model_name)
+    stages = list(map(decode_block, B0_BLOCKS))
     blocks = []
-    for stage in map(decode_block, B0_BLOCKS):
-        stage = stage._replace(input_filters=round_filters(stage.input_filters, width),
-                               output_filters=round_filters(stage.output_filters, width),
-                               num_repeat=round_repeats(stage.num_repeat, depth))
+    for index, stage in enumerate(stages):
+        fixed = lite and index in (0, len(stages) - 1)
+        stage = stage._replace(
+            input_filters=round_filters(stage.input_filters, width),
+            output_filters=round_filters(stage.output_filters, width),
+            num_repeat=stage.num_repeat if fixed else round_repeats(stage.num_repeat, depth),
+            se_ratio=0.0 if lite else stage.se_ratio)
+        if lite and index == 0:
+            stage = stage._replace(input_filters=stem_filters(model_name))
         blocks.append(stage)
         blocks.extend([stage._replace(input_filters=stage.output_filters, strides=1)]
                       * (stage.num_repeat - 1))
@@ -107,7 +134,16 @@ def default_survival_prob(model_name):
 
 
 def stem_filters(model_name):
+    if is_lite(model_name):
+        return STEM_FILTERS
     return round_filters(STEM_FILTERS, scaling_coefficients(model_name)[0])
+
+
+def head_filters(model_name):
+    """Filters of the ImageNet classifier's 1x1 head conv (not part of EfficientDet)."""
+    if is_lite(model_name):
+        return HEAD_FILTERS
+    return round_filters(HEAD_FILTERS, scaling_coefficients(model_name)[0])
 
 
 def build_backbone(images, model_name, norm_fn, act_type='swish', is_training=False,
@@ -116,7 +152,7 @@ def build_backbone(images, model_name, norm_fn, act_type='swish', is_training=Fa
 
     Args:
       images: [B, H, W, 3] in the compute dtype, normalised; H and W multiples of 32.
-      model_name: 'efficientnet-b0' .. 'efficientnet-b7'.
+      model_name: 'efficientnet-b0' .. 'efficientnet-b7', 'efficientnet-lite0' .. 'lite4'.
       norm_fn: f(x, name, act_type=None) -> x, batch norm with its settings bound.
       act_type: activation after the stem, expansion and depthwise convs and inside SE.
       is_training: Python bool (drop-connect is active only when training).

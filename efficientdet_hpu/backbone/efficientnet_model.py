@@ -114,3 +114,22 @@ def efficientnet_features(images, blocks, stem_filters, norm_fn, act_type, is_tr
             if index == len(blocks) - 1 or blocks[index + 1].strides > 1:
                 endpoints[len(endpoints) + 1] = features
     return endpoints
+
+
+def classifier_head(features, head_filters, num_classes, norm_fn, act_type):
+    """EfficientNet's ImageNet classifier, which EfficientDet does not build: 1x1 conv ->
+    BN -> act -> global mean -> dense (no dropout: inference only). Variables under scope
+    'head' ('head/conv2d/kernel', 'head/tpu_batch_normalization/*', 'head/dense/{kernel,bias}'),
+    the TF EfficientNet names; call it inside the backbone's variable scope.
+
+    features: [B, h, w, C], the last block's output. Returns float32 logits [B, num_classes].
+    """
+    with tf1.variable_scope('head'):
+        features = nn_layers.conv2d(features, head_filters, 1,
+                                    kernel_initializer=nn_layers.efficientnet_conv_initializer)
+        features = norm_fn(features, name=_BN, act_type=act_type)
+        pooled = tf.reduce_mean(features, axis=[1, 2])
+        with tf1.variable_scope('dense'):
+            kernel = tf1.get_variable('kernel', [head_filters, num_classes], tf.float32)
+            bias = tf1.get_variable('bias', [num_classes], tf.float32, tf1.zeros_initializer())
+        return tf.matmul(tf.cast(pooled, tf.float32), kernel) + bias

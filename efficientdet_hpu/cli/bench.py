@@ -28,7 +28,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defined when bench.py runs, so importing it defines nothing."""
-    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x.')
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x, efficientdet-lite0 .. lite4.')
     flags.DEFINE_string('hparams', '', 'Recipe YAML and/or overrides, e.g. image_size=640 '
                         '(infer/input/train).')
     flags.DEFINE_string('image_size', None, "infer/input: network input, 512 or 'WIDTHxHEIGHT' "

@@ -16,18 +16,24 @@ serving/tflite_export.py for the TFLite files and serving/onnx_export.py for the
 (written into export_dir beside the SavedModel; an export that includes saved_model replaces
 export_dir, older .tflite and .onnx files included).
 """
+import json
+import os
+
 from efficientdet_hpu.core import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
 
+from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import cli
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import onnx_export
 from efficientdet_hpu.serving import onnx_runner
+from efficientdet_hpu.serving import photo_eval
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
+from efficientdet_hpu.serving import tiled_predict
 
 FLAGS = flags.FLAGS
 
@@ -61,6 +67,15 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_float('min_score', 0.3, 'predict: draw detections scoring at least this '
                        '(the JSON keeps every detection).')
+    flags.DEFINE_integer('tile_size', 0, 'predict: run overlapping tiles of this many pixels '
+                         'and merge them over the whole photo (0: the whole image at once).',
+                         lower_bound=0)
+    flags.DEFINE_integer('tile_overlap', 64, 'predict: pixels adjacent tiles share.',
+                         lower_bound=0)
+    flags.DEFINE_integer('tile_batch_size', 4, 'predict: tiles per network call.', lower_bound=1)
+    flags.DEFINE_string('annotations_file', None, 'predict: a COCO JSON of the input photos '
+                        '(matched by file name): AP, AP50 and recall at IoU 0.4 into '
+                        'output_dir/metrics.json.')
     flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
                       'error messages.')
 
@@ -117,18 +132,32 @@ def _predictor_and_names():
                                         '--tflite=FILE.tflite, --onnx=FILE.onnx or '
                                         '--model_dir=DIR (a training run)')
     spec = _spec_from_flags()
-    return (detector.GraphPredictor(spec, batch_size=1),
+    # Tiles come in batches of --tile_batch_size (the last one smaller): any batch size.
+    return (detector.GraphPredictor(spec, batch_size=None if FLAGS.tile_size else 1),
             predict.category_names(spec.label_map))
 
 
 def run_predict():
     _require('input', 'output_dir')
+    if FLAGS.tile_size and not FLAGS.tile_overlap < FLAGS.tile_size:
+        raise model_spec.InferenceError('--tile_overlap=%d must be smaller than --tile_size=%d'
+                                        % (FLAGS.tile_overlap, FLAGS.tile_size))
     predictor, names = _predictor_and_names()
+    if FLAGS.tile_size:
+        predictor = tiled_predict.TiledPredictor(predictor, FLAGS.tile_size, FLAGS.tile_overlap,
+                                                 FLAGS.tile_batch_size)
     try:
-        return predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
-                                     repeat=FLAGS.repeat, min_score=FLAGS.min_score)
+        status = predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
+                                       repeat=FLAGS.repeat, min_score=FLAGS.min_score)
     finally:
         predictor.close()
+    if FLAGS.annotations_file and status == 0:
+        metrics = photo_eval.evaluate_file(
+            os.path.join(FLAGS.output_dir, predict.RESULTS_FILE), FLAGS.annotations_file)
+        atomic_file.write_json_atomically(os.path.join(FLAGS.output_dir, 'metrics.json'),
+                                          metrics, indent=1)
+        print('against %s: %s' % (FLAGS.annotations_file, json.dumps(metrics)))
+    return status
 
 
 COMMANDS = {'export': run_export, 'predict': run_predict}

@@ -26,10 +26,10 @@ FLAGS = flags.FLAGS
 def define_flags():
     """main.py's flags; defined when main.py runs, so importing it defines nothing."""
     flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'train_and_eval'], 'What to run.')
-    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant: efficientdet-d0 ... d7x.')
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant: efficientdet-d0 ... d7x, efficientdet-lite0 ... lite4.')
     flags.DEFINE_string('model_dir', None, 'Checkpoints, logs, config and metrics go here.')
     flags.DEFINE_string('hparams', '', 'YAML recipe path and/or "a=1,b.c=2" overrides.')
-    flags.DEFINE_string('backbone_ckpt', '', 'EfficientNet checkpoint: initialises the backbone.')
+    flags.DEFINE_string('backbone_ckpt', '', 'EfficientNet checkpoint (or an EfficientNet-Lite .pth): initialises the backbone.')
     flags.DEFINE_string('ckpt', '', 'Detector checkpoint to fine-tune from (class head is '
                         're-initialised when the class count differs).')
     flags.DEFINE_integer('train_batch_size', 64, 'Training images per rank (per card); the '

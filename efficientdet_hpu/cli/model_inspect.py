@@ -31,7 +31,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defined when model_inspect.py runs, so importing it defines nothing."""
-    flags.DEFINE_string('model_name', 'efficientdet-d0', 'efficientdet-d0 .. efficientdet-d7x.')
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'efficientdet-d0 .. d7x, efficientdet-lite0 .. lite4.')
     flags.DEFINE_string('image_size', None, "Square size (512) or 'WIDTHxHEIGHT' (640x384); "
                         'default: the variant\'s size.')
     flags.DEFINE_string('hparams', '', "Overrides 'a=1,b=2' and/or a YAML file.")

@@ -106,7 +106,8 @@ _CHOICES = {
     'optimizer': ('sgd', 'adam'),
     'lr_decay_method': ('cosine', 'stepwise', 'constant'),
     'nms_configs.method': ('hard', 'gaussian'),
-    'backbone_name': tuple('efficientnet-b%d' % i for i in range(8)),
+    'backbone_name': (tuple('efficientnet-b%d' % i for i in range(8))
+                      + tuple('efficientnet-lite%d' % i for i in range(5))),
 }
 
 _IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
@@ -373,9 +374,10 @@ def get_efficientdet_config(model_name='efficientdet-d0'):
 def validate(config):
     """Cross-field checks that single-key type checks cannot make."""
     height, width = parse_image_size(config.image_size)
-    stride = 2 ** config.max_level
+    # Levels above 5 round up, as automl (ops/anchors.py exact_stride, without TensorFlow here).
+    stride = 2 ** min(config.max_level, 5)
     if height % stride or width % stride:
-        raise ConfigError('image_size %s must be divisible by 2^max_level = %d in both '
+        raise ConfigError('image_size %s must be divisible by 2^min(max_level, 5) = %d in both '
                           'dimensions; try %dx%d' % (config.image_size, stride,
                                                      -(-width // stride) * stride,
                                                      -(-height // stride) * stride))

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from efficientdet_hpu.core.cli import UserError
 
@@ -35,6 +35,11 @@ class ImageRecord:
     names: List[str]
     is_crowd: List[int]
     areas: List[float]  # Original image pixels.
+    # A tile of a larger photo (data/tiling.py): (y0, x0, y1, x1) in the photo's pixels, and
+    # the photo's image id; None for a whole image.
+    tile: Optional[Tuple[int, int, int, int]] = None
+    source_id: Optional[int] = None
+    photo_size: Optional[Tuple[int, int]] = None  # The photo's (height, width), for a tile.
 
 
 @dataclasses.dataclass

@@ -56,8 +56,11 @@ def _size_mismatch_message(path: str, image: Image.Image, json_size, json_path: 
             f'{json_size[0]}x{json_size[1]}. {hint}')
 
 
-def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str) -> bytes:
+def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str,
+                window=None) -> bytes:
     """Reads `path`, checks it decodes fully at the JSON's size; returns RGB JPEG bytes.
+
+    window: (y0, x0, y1, x1) pixels to keep (a tile, always re-encoded), or None.
 
     Raises:
         ConversionError: unreadable/truncated file or a size that differs from the JSON.
@@ -72,9 +75,12 @@ def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str) ->
                 raise ConversionError(
                     _size_mismatch_message(path, image, (json_width, json_height), json_path))
             image.load()
-            if _is_baseline_rgb_jpeg(image):
+            if window is None and _is_baseline_rgb_jpeg(image):
                 return data
             rgb = to_rgb(image)
+            if window is not None:
+                y0, x0, y1, x1 = window
+                rgb = rgb.crop((x0, y0, x1, y1))
     except ConversionError:
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:

@@ -23,6 +23,11 @@ OBJECT_CLASS_LABEL = 'image/object/class/label'
 OBJECT_CLASS_TEXT = 'image/object/class/text'
 OBJECT_IS_CROWD = 'image/object/is_crowd'
 OBJECT_AREA = 'image/object/area'
+# Written only for tiles of a larger photo (create_coco_tfrecord --tile_size): the tile's
+# top-left corner in the photo's pixels and the photo's image id, to map boxes back.
+TILE_ORIGIN_Y = 'image/tile/origin_y'
+TILE_ORIGIN_X = 'image/tile/origin_x'
+TILE_SOURCE_ID = 'image/tile/source_id'
 
 JPEG_FORMAT = b'jpeg'
 
@@ -44,7 +49,8 @@ def _as_bytes(text) -> bytes:
 
 
 def build_example(encoded_jpeg: bytes, height: int, width: int, image_id: int, filename: str,
-                  boxes_normalized, labels, names, is_crowd, areas) -> tf.train.Example:
+                  boxes_normalized, labels, names, is_crowd, areas, tile_origin=None,
+                  tile_source_id=None) -> tf.train.Example:
     """Builds the Example for one image.
 
     Args:
@@ -58,6 +64,8 @@ def build_example(encoded_jpeg: bytes, height: int, width: int, image_id: int, f
         names: str [N], category names.
         is_crowd: int [N], 0 or 1.
         areas: float [N], COCO area in original image pixels.
+        tile_origin, tile_source_id: (y, x) of a tile's top-left corner in its photo and the
+            photo's image id; both None (no tile keys) for a whole image.
 
     Returns:
         A `tf.train.Example` with the keys defined in this module.
@@ -90,4 +98,8 @@ def build_example(encoded_jpeg: bytes, height: int, width: int, image_id: int, f
         OBJECT_IS_CROWD: _int64_feature(is_crowd),
         OBJECT_AREA: _float_feature(areas),
     }
+    if tile_origin is not None:
+        feature[TILE_ORIGIN_Y] = _int64_feature([tile_origin[0]])
+        feature[TILE_ORIGIN_X] = _int64_feature([tile_origin[1]])
+        feature[TILE_SOURCE_ID] = _bytes_feature([_as_bytes(int(tile_source_id))])
     return tf.train.Example(features=tf.train.Features(feature=feature))

@@ -40,6 +40,7 @@ from efficientdet_hpu.data import tfrecord_format
 from efficientdet_hpu.data.coco_annotations import ConversionError
 from efficientdet_hpu.data.coco_annotations import read_dataset
 from efficientdet_hpu.data.image_codec import encode_jpeg
+from efficientdet_hpu.datatools import tiled_dataset
 
 FLAGS = flags.FLAGS
 _PROGRESS_COUNTER = None  # multiprocessing.Value shared with the workers; see _init_worker.
@@ -66,6 +67,11 @@ def define_flags():
                       'contiguous: labels 1..N in category-id order (any ids). category_id: '
                       'label = category id, 90 classes, as google/automl writes COCO (ids '
                       '1..90), so its COCO checkpoints keep their class head.')
+    flags.DEFINE_integer('tile_size', 0, 'Cut each image into overlapping square tiles of this '
+                         'many pixels (0: whole images); docs/data.md#tiles.', lower_bound=0)
+    flags.DEFINE_integer('tile_overlap', 64, 'Pixels adjacent tiles share.', lower_bound=0)
+    flags.DEFINE_float('tile_min_visible', 0.5, 'A clipped box is kept in a tile when at least '
+                       'this fraction of its area is inside (and both sides >= 2 px).')
     flags.DEFINE_bool('verbose', False, 'Tracebacks with error messages.')
     flags.mark_flags_as_required(['image_dir', 'object_annotations_file', 'output_file_prefix'])
 
@@ -143,10 +149,17 @@ def write_shard(job) -> int:
     temp_path, records, json_path = job
     with tf.io.TFRecordWriter(temp_path) as writer:
         for record in records:
-            jpeg = encode_jpeg(record.path, record.width, record.height, json_path)
+            if record.tile is None:
+                jpeg = encode_jpeg(record.path, record.width, record.height, json_path)
+            else:  # The photo's own size is checked; the tile is cut from it.
+                photo_height, photo_width = record.photo_size
+                jpeg = encode_jpeg(record.path, photo_width, photo_height, json_path,
+                                   window=record.tile)
             example = tfrecord_format.build_example(
                 jpeg, record.height, record.width, record.image_id, record.file_name,
-                record.boxes, record.labels, record.names, record.is_crowd, record.areas)
+                record.boxes, record.labels, record.names, record.is_crowd, record.areas,
+                tile_origin=record.tile[:2] if record.tile else None,
+                tile_source_id=record.source_id)
             writer.write(example.SerializeToString())
             with _PROGRESS_COUNTER.get_lock():
                 _PROGRESS_COUNTER.value += 1
@@ -262,13 +275,19 @@ def format_summary(summary: dict, seconds: float) -> str:
     for row in summary['per_class']:
         lines.append(f'  {row["label"]:>5}  {row["category_id"]:>11}  {row["name"]:<20} '
                      f'{row["boxes"]:>8} {row["crowd_boxes"]:>7}')
+    if 'tiles' in summary:
+        tiles = summary['tiles']
+        lines.append(f'  tiles          : {tiles["tiles"]} of {tiles["photos"]} photos '
+                     f'({tiles["tile_size"]} px, overlap {tiles["overlap"]}); boxes in no tile: '
+                     f'{tiles["boxes_in_no_tile"]}; COCO JSON of the tiles: {tiles["coco_json"]}')
     return '\n'.join(lines)
 
 
 def convert(image_dir: str, object_annotations_file: str, output_file_prefix: str,
             num_shards: int = 32, num_threads: int = 1, include_crowd: bool = True,
             skip_empty: bool = False, show_progress: bool = True,
-            label_layout: str = 'contiguous') -> dict:
+            label_layout: str = 'contiguous', tile_size: int = 0, tile_overlap: int = 64,
+            tile_min_visible: float = 0.5) -> dict:
     """Validates the dataset, writes shards + label map + summary; returns the summary dict.
 
     Raises:
@@ -286,6 +305,10 @@ def convert(image_dir: str, object_annotations_file: str, output_file_prefix: st
         object_annotations_file, image_dir, include_crowd=include_crowd,
         category_id_to_label=_LabelIsCategoryId() if label_layout == 'category_id' else None)
     _label_map(categories, label_layout)  # Ids outside the layout: an error before any work.
+    tiles = None
+    if tile_size:
+        all_records, tiles = tiled_dataset.tile_records(all_records, tile_size, tile_overlap,
+                                                        tile_min_visible)
     records = _select_records(all_records, skip_empty)
     if not records:
         raise ConversionError(f'{object_annotations_file}: no images to write '
@@ -301,6 +324,11 @@ def convert(image_dir: str, object_annotations_file: str, output_file_prefix: st
         _run_jobs(jobs, min(num_threads, num_shards), progress)
         progress.update(len(records), final=True)
         summary = make_summary(records, all_records, categories, stats, paths, label_layout)
+        if tiles is not None:
+            tiles_json = paths.prefix + tiled_dataset.TILES_JSON_SUFFIX
+            summary['tiles'] = dict(tiles, coco_json=tiles_json)
+            atomic_file.write_json_atomically(tiles_json, tiled_dataset.coco_json(
+                records, categories, _label_map(categories, label_layout)))
         _publish(paths, categories, summary, label_layout)
     finally:
         _remove_quietly(paths.temp_shards)  # No-op after a successful rename.
@@ -315,7 +343,9 @@ def main(argv) -> None:
         summary = convert(FLAGS.image_dir, FLAGS.object_annotations_file,
                           FLAGS.output_file_prefix, FLAGS.num_shards, FLAGS.num_threads,
                           FLAGS.include_crowd, FLAGS.skip_empty,
-                          show_progress=True, label_layout=FLAGS.label_layout)
+                          show_progress=True, label_layout=FLAGS.label_layout,
+                          tile_size=FLAGS.tile_size, tile_overlap=FLAGS.tile_overlap,
+                          tile_min_visible=FLAGS.tile_min_visible)
     except ConversionError as error:
         sys.exit(cli.fail('create_coco_tfrecord', error, FLAGS.verbose))
     except Exception as error:  # pylint: disable=broad-except

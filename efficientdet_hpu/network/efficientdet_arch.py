@@ -6,7 +6,7 @@ raw per-level outputs (docs/CONTRACTS.md); anchors, losses and decoding live els
 
 Variable scopes (named as in the google/automl TF1 EfficientDet / EfficientNet code: an automl
 D0 checkpoint restores by name, tests/test_automl_equivalence.py):
-  efficientnet-bN/...                         backbone (restored alone by --backbone_ckpt)
+  efficientnet-bN/ (or -liteN/)...            backbone (restored alone by --backbone_ckpt)
   resample_p6/{conv2d,bn}/...                 extra levels above the backbone's P5
   fpn_cells/cell_<r>/fnode<i>/...             BiFPN nodes (resample_*, WSM*, op_after_combine*)
   class_net/class-<i>/...                     class head convs, shared by every level
@@ -21,6 +21,7 @@ import tensorflow as tf
 from efficientdet_hpu.backbone import efficientnet_builder
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.network import fpn_configs
+from efficientdet_hpu.ops import anchors
 from efficientdet_hpu.ops import nn_layers
 
 tf1 = tf.compat.v1
@@ -43,9 +44,9 @@ def resolve_compute_dtype(mixed_precision, compute_dtype):
 
 
 def feature_sizes(height, width, min_level, max_level):
-    """{level: (height // 2**level, width // 2**level)} for min_level..max_level."""
-    return {level: (height // 2 ** level, width // 2 ** level)
-            for level in range(min_level, max_level + 1)}
+    """{level: (h, w)} for min_level..max_level: anchors.level_shapes (exact halving up to
+    level 5, rounding up above, as google/automl)."""
+    return anchors.level_shapes(height, width, min_level, max_level)
 
 
 def _check_images(images, height, width, image_size):
@@ -72,7 +73,9 @@ def resample_feature_map(features, name, target_size, channels, norm_fn, apply_b
 
     Downsampling: max pool (kernel stride + 1, 'same'), with the 1x1 projection before it
     (or after, if conv_after_downsample). Upsampling: projection, then nearest neighbour.
-    Sizes must differ by integer factors (image sizes are multiples of 2**max_level).
+    Upsampling by a non-integer factor (levels above 5 of an image size that is not a multiple
+    of 2**max_level, e.g. 3 -> 5) resizes nearest-neighbour as automl: source index
+    floor(target index * source / target).
     """
     _, height, width, _ = features.shape.as_list()
     target_height, target_width = target_size
@@ -89,9 +92,9 @@ def resample_feature_map(features, name, target_size, channels, norm_fn, apply_b
         elif height <= target_height and width <= target_width:
             features = _project_channels(features, channels, norm_fn, apply_bn)
             if target_height % height or target_width % width:
-                raise ValueError('cannot upsample %dx%d to %dx%d by an integer factor' % (
-                    height, width, target_height, target_width))
-            if (height, width) != (target_height, target_width):
+                features = tf1.image.resize_nearest_neighbor(
+                    features, [target_height, target_width])
+            elif (height, width) != (target_height, target_width):
                 features = nn_layers.upsample_nearest(
                     features, target_height // height, target_width // width)
         else:

@@ -23,28 +23,46 @@ IGNORED = -2
 _INT32_MAX = np.iinfo(np.int32).max
 
 
+# Levels up to 5 (EfficientNet's, stride 32) halve the image exactly; the extra levels above
+# halve with rounding up, as google/automl's utils.get_feat_sizes and 'same' max pooling do,
+# so that EfficientDet-Lite0's 320 (or Lite2's 448) keeps its 7 levels: 10 -> 5 -> 3.
+EXACT_LEVELS = 5
+
+
+def exact_stride(max_level):
+    """What the image height and width must be multiples of: 2**min(max_level, 5)."""
+    return 2 ** min(max_level, EXACT_LEVELS)
+
+
 def level_shapes(image_height, image_width, min_level, max_level):
     """Feature-map size of every pyramid level.
 
     Args:
       image_height, image_width: network input size in pixels, multiples of
-        2**max_level.
+        exact_stride(max_level).
       min_level, max_level: first and last pyramid level (inclusive).
 
     Returns:
-      dict {level: (height, width)} with height = image_height // 2**level.
+      dict {level: (height, width)}: image // 2**level up to level 5, then
+      ceil(previous / 2) per level (320 px: level 5 is 10, 6 is 5, 7 is 3).
     """
-    stride = 2 ** max_level
+    stride = exact_stride(max_level)
     if image_height % stride or image_width % stride:
         raise ValueError(
-            'image size %dx%d (height x width) is not a multiple of 2**max_level = %d; '
+            'image size %dx%d (height x width) is not a multiple of 2**min(max_level, %d) = %d; '
             'pick an image size divisible by %d or lower max_level'
-            % (image_height, image_width, stride, stride))
+            % (image_height, image_width, EXACT_LEVELS, stride, stride))
     if not 0 <= min_level <= max_level:
         raise ValueError('need 0 <= min_level <= max_level, got min_level=%s max_level=%s'
                          % (min_level, max_level))
-    return {level: (image_height // 2 ** level, image_width // 2 ** level)
-            for level in range(min_level, max_level + 1)}
+    shapes, height, width = {}, image_height, image_width
+    for level in range(1, max_level + 1):
+        height, width = (height + 1) // 2, (width + 1) // 2
+        if level >= min_level:
+            shapes[level] = (height, width)
+    if min_level == 0:
+        shapes[0] = (image_height, image_width)
+    return dict(sorted(shapes.items()))
 
 
 def generate_anchor_boxes(image_height, image_width, min_level, max_level,

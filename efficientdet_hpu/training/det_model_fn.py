@@ -18,6 +18,7 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import model_params
 from efficientdet_hpu.network import efficientdet_arch
 from efficientdet_hpu.ops import anchors
+from efficientdet_hpu.ops import gradient_clipping
 from efficientdet_hpu.ops import losses
 from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.runtime import distributed
@@ -41,7 +42,14 @@ _L2_VARIABLE_RE = re.compile(r'.*(kernel|weights):0$')
 
 def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps, total_steps,
                            decay_method='cosine', first_drop_step=0, second_drop_step=0):
-    """Linear warm-up from warmup_init to base_rate, then cosine / step / constant.
+    """google/automl's schedules (its det_model_fn.py), step for step.
+
+    A linear warm-up from warmup_init to base_rate over warmup_steps (none if 0), then
+      cosine: 0.5 * base_rate * (1 + cos(pi * step / (total_steps - warmup_steps))), automl's
+        formula: the cosine counts from step 0, not from the warm-up's end, and is not held
+        after total_steps (the paper's recipes were trained with it);
+      stepwise: base_rate, times 0.1 from first_drop_step on, 0.01 from second_drop_step on;
+      constant: base_rate from step 0 (automl warms nothing up there).
 
     Args:
       global_step: int64 scalar tensor.
@@ -50,18 +58,22 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     Returns: float32 scalar tensor.
     """
     step = tf.cast(global_step, tf.float32)
-    warmup_steps = max(int(warmup_steps), 1)
-    warmup_rate = warmup_init + (base_rate - warmup_init) * step / warmup_steps
+    if decay_method == 'constant':
+        return tf.constant(base_rate, tf.float32) + 0.0 * step
+    warmup_steps = int(warmup_steps)
     if decay_method == 'cosine':
         decay_span = float(max(total_steps - warmup_steps, 1))
-        progress = tf.clip_by_value((step - warmup_steps) / decay_span, 0.0, 1.0)
-        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
-    elif decay_method == 'stepwise':
-        decayed = tf1.train.piecewise_constant(
-            step, [float(first_drop_step), float(second_drop_step)],
-            [base_rate, base_rate * 0.1, base_rate * 0.01])
+        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * step / decay_span))
     else:
-        decayed = tf.constant(base_rate, tf.float32)
+        decayed = tf.constant(base_rate, tf.float32) + 0.0 * step
+        for multiplier, start in ((0.1, first_drop_step), (0.01, second_drop_step)):
+            decayed = tf.where(step < float(start), decayed, base_rate * multiplier)
+    if warmup_steps <= 0:
+        return decayed
+    warmup_rate = warmup_init + step / float(warmup_steps) * (base_rate - warmup_init)
+    if decay_method == 'stepwise':
+        # automl's order: a drop that falls inside the warm-up wins over it.
+        warmup_rate = tf.where(step < float(first_drop_step), warmup_rate, decayed)
     return tf.where(step < warmup_steps, warmup_rate, decayed)
 
 
@@ -94,22 +106,35 @@ def _anchor_boxes(params):
 def _detection_losses(class_outputs, box_outputs, labels, params):
     config = params.config
     levels = range(config.min_level, config.max_level + 1)
-    num_positives_sum = tf.reduce_sum(labels['num_positives'])
-    if distributed.is_distributed():
-        # Every rank normalises by the same count: the mean over ranks of the per-rank sums.
-        num_positives_sum = distributed.allreduce_mean(num_positives_sum)
     return losses.detection_loss(
         class_outputs, box_outputs,
         {l: labels['cls_targets_%d' % l] for l in levels},
         {l: labels['box_targets_%d' % l] for l in levels},
         labels['num_positives'],
-        normalizer=num_positives_sum + 1.0,
+        normalizer=_positives_normalizer(labels['num_positives'], config.positives_momentum),
         num_classes=config.num_classes,
         anchors_per_location=hparams_config.anchors_per_location(config),
         alpha=config.alpha, gamma=config.gamma, delta=config.delta,
         box_loss_weight=config.box_loss_weight, label_smoothing=config.label_smoothing,
         iou_loss_type=config.iou_loss_type, iou_loss_weight=config.iou_loss_weight,
         anchor_boxes=_anchor_boxes(params) if config.iou_loss_type != 'none' else None)
+
+
+def _positives_normalizer(num_positives, momentum):
+    """The loss normaliser as automl's detection_loss makes it from `positives_momentum`.
+
+    num_positives: float32 [batch], positive anchors per image of this rank. momentum 0: the
+    batch's count + 1 (each rank its own, as automl per replica); > 0: a moving average of
+    that (automl's variable `moving_normalizer`, from 0, no bias correction); < 0: the mean
+    over ranks of that count (the same normaliser on every rank)."""
+    normalizer = tf.reduce_sum(tf.cast(num_positives, tf.float32)) + 1.0
+    if momentum > 0:
+        moving = tf1.get_variable('moving_normalizer', [], tf.float32, trainable=False,
+                                  initializer=tf1.zeros_initializer())
+        return moving.assign_sub((moving - normalizer) * (1.0 - momentum))
+    if momentum < 0 and distributed.is_distributed():
+        return distributed.allreduce_mean(normalizer)
+    return normalizer
 
 
 def _weight_decay_loss(weight_decay):
@@ -143,9 +168,11 @@ def _train_op(total_loss, params, learning_rate):
     grads = [g for g, _ in grads_and_vars]
     grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
     global_norm = tf.linalg.global_norm(grads)
-    if params.config.clip_gradients_norm > 0:
-        grads, _ = tf.clip_by_global_norm(grads, params.config.clip_gradients_norm,
-                                          use_norm=global_norm)
+    grads, applied_norm = gradient_clipping.clip_gradients(
+        grads, params.config.clip_gradients_norm, global_norm=global_norm,
+        per_variable=params.config.clip_gradients_per_variable)
+    # The log's grad_norm is before clipping; automl's `gradient_norm` summary after it.
+    tf1.summary.scalar('train/gradient_norm', applied_norm)
     # The averaged gradients are identical on every rank, so every rank takes the same branch.
     grads_finite = tf.math.is_finite(global_norm)
     finite = tf.logical_and(grads_finite, tf.math.is_finite(total_loss))

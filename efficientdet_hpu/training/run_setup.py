@@ -39,7 +39,7 @@ class Run:
     params: model_params.RunParams  # The run's half of the Estimator's params.
     estimator: object
     label_map: object
-    steps_per_epoch: int
+    steps_per_epoch: float  # automl's: examples / global batch, not floored.
     total_steps: int
     train_skip: object = None  # training.data_faults.SkipList with --skip_bad_records.
     eval_skip: object = None
@@ -104,6 +104,14 @@ def _examples_per_epoch(options):
         counted = sum(1 for f in dataloader.list_record_files(options.training_file_pattern)
                       for _ in tf1.io.tf_record_iterator(f))
     return counted
+
+
+def schedule_steps(examples_per_epoch, global_batch, num_epochs):
+    """(steps per epoch, total steps) as automl counts them: the steps per epoch stay a float
+    (118287 / 64 = 1848.23 on COCO), the total is int(num_epochs * that), at least 1; the
+    warm-up and the learning-rate drops are int(epochs * steps per epoch) in model_fn."""
+    steps_per_epoch = examples_per_epoch / float(global_batch)
+    return steps_per_epoch, max(1, int(num_epochs * steps_per_epoch))
 
 
 def _count_from_summary(pattern):
@@ -232,7 +240,7 @@ def run_summary(config, device, world, per_rank_batch, total_steps, steps_per_ep
         batch_norm = '; batch norm %s' % ('synchronised across ranks' if params.cross_rank_batch_norm
                                           else 'per rank')
     return ('%s on %s x%d: batch %d per rank, global %d; learning rate %.4g (%.4g per %d '
-            'images); %d steps (%d per epoch)%s; compute %s' % (
+            'images); %d steps (%.6g per epoch)%s; compute %s' % (
                 config.name, device, world, per_rank_batch, per_rank_batch * world,
                 config.learning_rate * scale, config.learning_rate, config.lr_base_batch_size,
                 total_steps, steps_per_epoch, batch_norm, params.compute_dtype))
@@ -261,9 +269,9 @@ def prepare(options, config, explicit_keys):
     per_rank_batch = _check_batch('train_batch_size', options.train_batch_size)
     _check_batch('eval_batch_size', options.eval_batch_size)
     global_batch = per_rank_batch * world
-    steps_per_epoch = max(1, _examples_per_epoch(options) // global_batch)
     num_epochs = options.num_epochs if options.num_epochs is not None else config.num_epochs
-    total_steps = steps_per_epoch * num_epochs
+    steps_per_epoch, total_steps = schedule_steps(_examples_per_epoch(options), global_batch,
+                                                  num_epochs)
     if options.deterministic:
         os.environ['TF_DETERMINISTIC_OPS'] = '1'
     seed = options.seed if options.seed is not None else (0 if options.deterministic else None)

@@ -46,6 +46,18 @@ def test_constant_schedule_has_no_warmup_as_in_automl():
     np.testing.assert_allclose(values, [0.1, 0.1, 0.1], rtol=1e-6)
 
 
+def test_positives_momentum_is_automls_moving_normaliser_by_hand():
+    with tf.Graph().as_default():
+        positives = tf1.placeholder(tf.float32, [2])
+        normalizer = det_model_fn.positives_normalizer(positives, 0.9)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            values = [session.run(normalizer, {positives: p}) for p in ([3, 6], [1, 0])]
+    # From 0, no bias correction (automl's keras moving_average_update): 0.1 * 10, then
+    # 0.9 * 1 + 0.1 * 2.
+    np.testing.assert_allclose(values, [1.0, 1.1], rtol=1e-6)
+
+
 def test_learning_rate_scales_with_the_global_batch():
     config = hparams_config.get_efficientdet_config()
     config.override(dict(learning_rate=0.08, lr_warmup_init=0.008, lr_base_batch_size=64))

@@ -82,6 +82,20 @@ def _scaled_learning_rates(params):
     return params.config.learning_rate * scale, params.config.lr_warmup_init * scale
 
 
+def learning_rate_of_run(global_step, params):
+    """The run's schedule: epochs to steps as automl counts them, int(epochs * steps per
+    epoch) with the float steps per epoch of run_setup.schedule_steps."""
+    params = model_params.view(params)
+    base_rate, warmup_init = _scaled_learning_rates(params)
+    steps_per_epoch = params.run.steps_per_epoch
+    return learning_rate_schedule(
+        global_step, base_rate=base_rate, warmup_init=warmup_init,
+        warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
+        total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
+        first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
+        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
+
+
 def _build_network(features, params, is_training):
     """The network in params.run.compute_dtype when training; EVAL and PREDICT compute in
     float32 (as Habana's port evaluates): the checkpoint's weights are float32, and AP is
@@ -111,7 +125,7 @@ def _detection_losses(class_outputs, box_outputs, labels, params):
         {l: labels['cls_targets_%d' % l] for l in levels},
         {l: labels['box_targets_%d' % l] for l in levels},
         labels['num_positives'],
-        normalizer=_positives_normalizer(labels['num_positives'], config.positives_momentum),
+        normalizer=positives_normalizer(labels['num_positives'], config.positives_momentum),
         num_classes=config.num_classes,
         anchors_per_location=hparams_config.anchors_per_location(config),
         alpha=config.alpha, gamma=config.gamma, delta=config.delta,
@@ -120,7 +134,7 @@ def _detection_losses(class_outputs, box_outputs, labels, params):
         anchor_boxes=_anchor_boxes(params) if config.iou_loss_type != 'none' else None)
 
 
-def _positives_normalizer(num_positives, momentum):
+def positives_normalizer(num_positives, momentum):
     """The loss normaliser as automl's detection_loss makes it from `positives_momentum`.
 
     num_positives: float32 [batch], positive anchors per image of this rank. momentum 0: the
@@ -243,14 +257,7 @@ def model_fn(features, labels, mode, params):
                                            scaffold=_ema_scaffold(params))
 
     global_step = tf1.train.get_or_create_global_step()
-    base_rate, warmup_init = _scaled_learning_rates(params)
-    steps_per_epoch = params.run.steps_per_epoch
-    learning_rate = learning_rate_schedule(
-        global_step, base_rate=base_rate, warmup_init=warmup_init,
-        warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
-        total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
-        first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
-        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
+    learning_rate = learning_rate_of_run(global_step, params)
     warm_start.apply(params.run)
     train_op, grad_norm, finite = _train_op(total_loss, params, learning_rate)
     logged = dict(loss_terms, l2_loss=l2_loss, loss=total_loss, learning_rate=learning_rate,

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from efficientdet_hpu.config import automl_config
 from efficientdet_hpu.config import model_params
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.data import dataloader
@@ -260,3 +261,12 @@ def test_losses_learning_rate_and_gradients_are_automls(our_steps):
 def test_weights_batch_norm_statistics_and_ema_after_sgd_steps_are_automls(our_steps, step):
     for key in ('weights_%d' % step, 'ema_%d' % step):
         assert_within_spread(our_steps[key], key)
+
+
+def test_automl_config_positives_momentum_is_read_with_automls_meaning():
+    """automl's `positives_momentum` (null: `or 0`) is no longer dropped."""
+    for value, expected in ((None, 0.0), (0.9, 0.9), (-1.0, -1.0)):
+        _, values = automl_config.project_values({'strategy': None, 'positives_momentum': value})
+        assert values['positives_momentum'] == expected
+    config = recipe.resolve('efficientdet-d0', 'positives_momentum=null')
+    assert config.positives_momentum == 0.0

@@ -11,10 +11,11 @@ this batch), sampled weights, batch-norm statistics and EMA shadows after one an
 SGD-momentum steps, and the learning rate of a cosine and a stepwise COCO recipe.
 
 Tolerances: SPREAD_FACTOR times automl's own float32 spread (two runs of automl's code, the
-second with the network input moved by one unit in the last place), per gradient norm and per
-sampled weight, plus a float32 floor (FLOORS); scalars from the largest spread of that
-quantity. The gradients differ from automl's by more than that spread: their tolerance is the
-measured gap (MEASURED_GAP_*), an open difference docs/automl.md states.
+second with each network input value moved by one unit in the last place, random signs), per
+gradient norm and per sampled weight, plus a float32 floor (FLOORS); scalars from the largest
+spread of that quantity. On these flat synthetic images that spread is large for the
+gradients of the lower network (max-pool near-ties: automl's global gradient norm moves by
+0.049 of 21): equal inputs differ there by rounding alone.
 """
 import json
 import os
@@ -43,14 +44,12 @@ EXPECTED = dict(np.load(FIXTURE + '.npz'))
 SPREAD = META['run_to_run_spread']
 # Absolute floors (float32 sums over ~49k anchors and ~4M weights in another order).
 SPREAD_FACTOR = 10
-# Absolute floors (float32 sums over ~49k anchors and ~4M weights in another order).
+# Absolute floors: float32 rounding of the compared values (weights up to 5.4: one unit in
+# the last place is 4.8e-7), each below automl's largest spread of that quantity on this batch
+# (weights after 3 steps 5.4e-5, EMA 9.8e-6, gradient norms 0.055) except the targets' and
+# the learning rate's (automl's spread 0).
 FLOORS = {'box_targets': 1e-6, 'loss': 2e-6, 'grad': 2e-5, 'weights_1': 1e-6, 'ema_1': 1e-6,
           'weights_3': 3e-5, 'ema_3': 5e-6, 'learning_rate': 1e-9}
-# Not automl's spread: the gradients differ from automl's by more than automl's own float32
-# spread (docs/automl.md: up to 0.13% on the stem kernel, 1.7% on a BiFPN fusion weight whose
-# gradient is 1e-3 of a sum of cancelling terms), and the weights after three steps with them.
-MEASURED_GAP_RTOL = {'grad_norms': 2e-3}
-MEASURED_GAP_ATOL = {'grad_norms': 1e-4}
 needs_checkpoint = pytest.mark.skipif(not os.path.isdir(SHARED),
                                       reason='automl reference checkpoint not at %s' % SHARED)
 
@@ -60,12 +59,9 @@ def tolerance(key, floor_key=None):
 
 
 def assert_within_spread(ours, key, names=None):
-    """|ours - automl| <= SPREAD_FACTOR x automl's own spread of that element + the floor
-    (+ the measured gap where automl's spread does not cover it)."""
+    """|ours - automl| <= SPREAD_FACTOR x automl's own spread of that element + the floor."""
     expected = EXPECTED[key]
-    allowed = (SPREAD_FACTOR * EXPECTED[key + '_spread'] + FLOORS.get(key, FLOORS['grad'])
-               + MEASURED_GAP_RTOL.get(key, 0.0) * np.abs(expected)
-               + MEASURED_GAP_ATOL.get(key, 0.0))
+    allowed = SPREAD_FACTOR * EXPECTED[key + '_spread'] + FLOORS.get(key, FLOORS['grad'])
     excess = np.abs(np.asarray(ours) - expected) - allowed
     worst = int(np.argmax(excess))
     assert excess[worst] <= 0, '%s: element %s differs by %g, allowed %g' % (
@@ -246,9 +242,8 @@ def test_losses_learning_rate_and_gradients_are_automls(our_steps):
         assert abs(our_steps[ours] - scalars[automls]) <= tolerance(automls, 'loss'), ours
     assert abs(our_steps['learning_rate'] - scalars['learning_rate']) <= FLOORS['learning_rate']
     assert_within_spread(our_steps['grad_norms'], 'grad_norms', META['trainable_names'])
-    assert abs(our_steps['grad_norm'] - scalars['global_grad_norm']) <= (
-        tolerance('global_grad_norm', 'grad')
-        + MEASURED_GAP_RTOL['grad_norms'] * scalars['global_grad_norm'])
+    assert abs(our_steps['grad_norm'] - scalars['global_grad_norm']) <= tolerance(
+        'global_grad_norm', 'grad')
     # Clipping triggers on this batch: a variable above 10 and the global norm above 10.
     assert EXPECTED['grad_norms'].max() > 10 and scalars['global_grad_norm'] > 10
     assert abs(our_steps['gradient_norm'] - scalars['logged_gradient_norm']) <= tolerance(

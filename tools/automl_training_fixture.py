@@ -10,10 +10,10 @@ skip_crowd_during_training=false). It records the targets per level, the loss co
 the gradient norms per variable and globally (before clipping) and automl's logged
 `gradient_norm` (after clipping), then weights, batch-norm statistics and EMA shadows
 (sampled) after one and after three SGD-momentum steps on that batch, and the learning rate of
-a cosine and a stepwise COCO recipe at the steps that matter. Two runs, the second with the
-network input moved by one float32 unit in the last place: their difference is automl's own
-float32 spread, stored per variable, from which tests/test_automl_training.py sets its
-tolerances.
+a cosine and a stepwise COCO recipe at the steps that matter. Two runs, the second with each
+network input value moved by one float32 unit in the last place (random signs): their
+difference is automl's own float32 spread, stored per variable, from which
+tests/test_automl_training.py sets its tolerances.
 
 Nothing of this repository is imported: automl's modules own the top-level names
 (`dataloader`, `hparams_config`, `utils`, ...). automl 6a54c87 needs nothing beyond
@@ -198,17 +198,19 @@ def _samples(session, variables, shadows):
 
 
 def automl_run(automl, pngs, ckpt, config_yaml, last_bit=False):
-    """One run of automl's code; a dict of named arrays. last_bit: the network input times
-    (1 + 2^-23), each pixel moved by about one float32 unit in the last place: what float32
-    rounding alone changes in automl's numbers (two runs of identical inputs on this CPU agree
-    to ~1e-5 on every gradient norm, less than two float32 implementations can)."""
+    """One run of automl's code; a dict of named arrays. last_bit: each value of the network
+    input moved by one float32 unit in the last place up, down or not (fixed random signs):
+    what float32 rounding alone changes in automl's numbers, ties of the max-pools in flat
+    image regions included (two runs of identical inputs on this CPU agree to ~1e-5 on every
+    gradient norm, less than two float32 implementations can)."""
     tf = automl.tf
     out = {}
     with tf.Graph().as_default():
         params = automl.params(config_yaml)
         images, labels, positives, clipped = automl.batch(pngs, params)
         if last_bit:
-            images = images * (1.0 + 2.0 ** -23)
+            signs = np.random.RandomState(0).randint(-1, 2, size=images.shape.as_list())
+            images = images * tf.constant(1.0 + 2.0 ** -23 * signs, tf.float32)
         spec = automl.det_model_fn.efficientdet_model_fn(
             images, labels, tf.estimator.ModeKeys.TRAIN, params)
         trainable = tf.trainable_variables()
@@ -302,7 +304,8 @@ def main():
                     'variable, variables in variable_names order, concatenated',
         scalars=scalars, run_to_run_spread=_spread(first, runs[1]),
         learning_rate_recipes=dict(base=RECIPE_BASE, schedules=schedules),
-        spread_runs='run 2: the network input times (1 + 2^-23); targets are run 1\'s',
+        spread_runs='run 2: each network input value times 1 + 2^-23 * (-1, 0 or +1), fixed '
+                    'random signs; targets are run 1\'s',
         settings='automl config.yaml of the checkpoint, skip_crowd_during_training=false, '
                  'input_rand_hflip=false, jitter 1..1, batch 2, strategy None, '
                  'num_examples_per_epoch=1000; SGD momentum; step = checkpoint global_step')

@@ -14,8 +14,8 @@ Tolerances: SPREAD_FACTOR times automl's own float32 spread (two runs of automl'
 second with each network input value moved by one unit in the last place, random signs), per
 gradient norm and per sampled weight, plus a float32 floor (FLOORS); scalars from the largest
 spread of that quantity. On these flat synthetic images that spread is large for the
-gradients of the lower network (max-pool near-ties: automl's global gradient norm moves by
-0.049 of 21): equal inputs differ there by rounding alone.
+gradients of the lower network (most likely max-pool near-ties: automl's global gradient norm
+moves by 0.049 of 21): inputs equal up to rounding differ there.
 """
 import json
 import os

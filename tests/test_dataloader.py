@@ -181,7 +181,7 @@ def test_eval_maps_back_to_original_pixels(tmp_path):
     spec = ImageSpec(77, 256, 320, boxes=[box, crowd], labels=[1, 2], is_crowd=[0, 1])
     pattern = fixtures.write_shards(tmp_path, [spec])
     reader = dataloader.InputReader(pattern, is_training=False)
-    images, labels = first_batch(reader, tiny_params(batch_size=1))
+    images, labels = first_batch(reader, tiny_params(batch_size=1, crowd_anchors='ignore'))
     # Fit 320x256 into 128x128: scale 0.4 -> 128 wide, round(102.4) = 102 high, rest padded.
     np.testing.assert_allclose(labels['image_scales'], [2.5], rtol=1e-6)
     np.testing.assert_array_equal(labels['image_sizes'], [[256, 320]])
@@ -227,16 +227,29 @@ def test_png_records_decode_exactly(tmp_path):
     np.testing.assert_allclose(images[0], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_crowd_boxes_are_skipped_or_ignored_in_training(tmp_path):
+def test_crowd_boxes_are_skipped_ignored_or_positive_in_training(tmp_path):
     spec = ImageSpec(3, 128, 128, boxes=[LEVEL4_ANCHOR_BOX], labels=[1], is_crowd=[1])
     pattern = fixtures.write_shards(tmp_path, [spec])
     reader = dataloader.InputReader(pattern, is_training=True, deterministic=True)
-    for skip, expected_state in ((True, -1), (False, -2)):
-        params = tiny_params(batch_size=1, skip_crowd_during_training=skip, **NO_AUGMENTATION)
+    # Skipped: a negative anchor; ignored: -2; automl's default: an ordinary box (class 0).
+    for skip, crowd_anchors, expected_state in ((True, 'positive', -1), (False, 'ignore', -2),
+                                                (False, 'positive', 0)):
+        params = tiny_params(batch_size=1, skip_crowd_during_training=skip,
+                             crowd_anchors=crowd_anchors, **NO_AUGMENTATION)
         _, labels = first_batch(reader, params)
         assert labels['cls_targets_4'][0, 3, 3, 0] == expected_state
-        assert labels['num_positives'][0] == 0
+        assert (labels['num_positives'][0] > 0) == (expected_state == 0)
         assert labels['groundtruth_data'][0, 0, 4] == 1.0  # Kept for evaluation.
+
+
+def test_boxes_are_clipped_to_the_last_pixel_as_automl_clips_them():
+    window = dataloader.fit_window(128, 128, (128, 128))
+    boxes = tf.constant([[0.5, 0.0, 1.0, 1.0], [0.25, 0.25, 0.5, 0.5]])
+    clipped, _ = dataloader.boxes_to_network_pixels(boxes, [128, 128], window,
+                                                    last_pixel_of=(128, 128))
+    np.testing.assert_array_equal(clipped.numpy(), [[64, 0, 127, 127], [32, 32, 64, 64]])
+    edge, _ = dataloader.boxes_to_network_pixels(boxes, [128, 128], window)
+    np.testing.assert_array_equal(edge.numpy()[0], [64, 0, 128, 128])
 
 
 def test_jitter_window_crops_before_resizing_and_drops_boxes_that_leave_it():

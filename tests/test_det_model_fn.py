@@ -24,18 +24,38 @@ def _schedule_values(steps, **kwargs):
 
 
 def test_warmup_then_cosine_by_hand():
-    values = _schedule_values([0, 5, 10, 55, 100], base_rate=0.1, warmup_init=0.01,
+    values = _schedule_values([0, 5, 10, 55, 100, 110], base_rate=0.1, warmup_init=0.01,
                               warmup_steps=10, total_steps=100)
-    # Warm-up: 0.01 + (0.1 - 0.01) * s / 10.  Cosine: 0.05 * (1 + cos(pi * (s - 10) / 90)).
-    expected = [0.01, 0.055, 0.1, 0.05 * (1 + math.cos(math.pi * 0.5)), 0.0]
-    np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-7)
+    # Warm-up: 0.01 + (0.1 - 0.01) * s / 10.  Cosine, automl's: 0.05 * (1 + cos(pi * s / 90)),
+    # counted from step 0 and not held at the end.
+    cosine = [0.05 * (1 + math.cos(math.pi * s / 90.0)) for s in (10, 55, 100, 110)]
+    np.testing.assert_allclose(values, [0.01, 0.055] + cosine, rtol=1e-5, atol=1e-7)
 
 
 def test_stepwise_schedule_by_hand():
-    values = _schedule_values([3, 20, 60, 90], base_rate=0.1, warmup_init=0.1, warmup_steps=1,
-                              total_steps=100, decay_method='stepwise', first_drop_step=50,
-                              second_drop_step=80)
-    np.testing.assert_allclose(values, [0.1, 0.1, 0.01, 0.001], rtol=1e-5)
+    # automl drops at the first and second drop step themselves (step >= drop).
+    values = _schedule_values([0, 3, 49, 50, 79, 80, 90], base_rate=0.1, warmup_init=0.01,
+                              warmup_steps=10, total_steps=100, decay_method='stepwise',
+                              first_drop_step=50, second_drop_step=80)
+    np.testing.assert_allclose(values, [0.01, 0.037, 0.1, 0.01, 0.01, 0.001, 0.001], rtol=1e-5)
+
+
+def test_constant_schedule_has_no_warmup_as_in_automl():
+    values = _schedule_values([0, 5, 50], base_rate=0.1, warmup_init=0.01, warmup_steps=10,
+                              total_steps=100, decay_method='constant')
+    np.testing.assert_allclose(values, [0.1, 0.1, 0.1], rtol=1e-6)
+
+
+def test_positives_momentum_is_automls_moving_normaliser_by_hand():
+    with tf.Graph().as_default():
+        positives = tf1.placeholder(tf.float32, [2])
+        normalizer = det_model_fn.positives_normalizer(positives, 0.9)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            values = [session.run(normalizer, {positives: p}) for p in ([3, 6], [1, 0])]
+    # From 0, no bias correction (automl's keras moving_average_update): 0.1 * 10, then
+    # 0.9 * 1 + 0.1 * 2.
+    np.testing.assert_allclose(values, [1.0, 1.1], rtol=1e-6)
 
 
 def test_learning_rate_scales_with_the_global_batch():
@@ -47,9 +67,13 @@ def test_learning_rate_scales_with_the_global_batch():
 
 
 def _tiny_params():
+    # Global-norm clipping only (the non-automl choice, tested here; automl's per-variable
+    # clipping is tested against automl in test_automl_training.py): on this tiny batch the
+    # per-variable cut to 10 slows the first 12 steps (the loss fell 19%, not the 20% below).
     config = hparams_config.get_efficientdet_config('efficientdet-d0')
     config.override(TINY_HPARAMS + ',num_classes=3,input_rand_hflip=false,jitter_min=1.0,'
-                    'jitter_max=1.0,learning_rate=0.08,lr_warmup_init=0.08,moving_average_decay=0.9')
+                    'jitter_max=1.0,learning_rate=0.08,lr_warmup_init=0.08,moving_average_decay=0.9'
+                    ',clip_gradients_per_variable=false')
     return dict(config.as_dict(), batch_size=2, global_batch_size=64, steps_per_epoch=100,
                 total_steps=1000, compute_dtype='float32', seed=1)
 

@@ -229,6 +229,14 @@ def test_allreduce_mean(two_ranks):
         assert result['allreduce_mean_bf16'] == 0.5
 
 
+def test_positives_normaliser_per_rank_or_averaged_as_positives_momentum_says(two_ranks):
+    results, _ = two_ranks
+    for rank, result in results.items():
+        # positives_momentum 0: automl's per-replica count + 1; < 0: the mean count over the
+        # ranks (3.5) + 1 / 2 ranks, one process's count + 1 shared out.
+        assert result['positives_normalizers'] == [rank + 4.0, 4.0]
+
+
 def test_distributed_optimizer_averages_gradients(two_ranks):
     results, _ = two_ranks
     # rank r's gradient is (r + 1) * [1, 3]: mean [1.5, 4.5]; w = [1, 2] - 0.1 * mean.

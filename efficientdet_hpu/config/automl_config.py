@@ -43,7 +43,7 @@ _INERT = frozenset((
     'seg_num_classes', 'label_map', 'regenerate_source_id', 'is_training_bn', 'poly_lr_power',
     'data_format', 'scale_range', 'strategy', 'loss_scale', 'drop_remainder',
     'tflite_max_detections', 'img_summary_steps', 'ckpt_var_scope', 'skip_mismatch',
-    'var_freeze_expr', 'use_keras_model', 'dataset_type', 'positives_momentum',
+    'var_freeze_expr', 'use_keras_model', 'dataset_type',
     'grad_checkpoint', 'verbose', 'save_freq', 'autoaugment_policy', 'heads', 'fpn_name',
     'fpn_config', 'backbone_config'))
 NMS_METHOD_ALIASES = {None: 'hard', '': 'hard'}  # automl's nms(): "method == 'hard' or not method"
@@ -150,6 +150,8 @@ def project_values(values):
         elif key in values:
             result[key] = values[key]
     result['nms_configs'] = _nms_values(values.get('nms_configs') or {})
+    # automl: `params.get('positives_momentum', None) or 0`.
+    result['positives_momentum'] = values.get('positives_momentum') or 0.0
     ignored = sorted(set(values) - set(_SAME) - _INERT)
     if ignored:
         note('automl config keys not used here: %s' % ', '.join(ignored))
@@ -173,6 +175,8 @@ def translate_aliases(flat):
         if key in flat and flat[key] is None:
             note('%s=null read as automl\'s default 0.5' % key)
             flat[key] = 0.5
+    if 'positives_momentum' in flat and flat['positives_momentum'] is None:
+        flat['positives_momentum'] = 0.0  # automl's `or 0`: the batch's own count.
     if 'nms_configs.pyfunc' in flat:
         note('nms_configs.pyfunc (automl\'s NumPy NMS) ignored: NMS runs in the graph here')
         del flat['nms_configs.pyfunc']

@@ -56,6 +56,12 @@ _DEFAULTS = {
     'jitter_max': 2.0,
     'max_instances_per_image': 100,
     'skip_crowd_during_training': True,
+    # Crowd boxes the labeler sees (eval; training without skip_crowd_during_training):
+    # 'positive' matches them as ordinary boxes (automl), 'ignore' ignores their anchors.
+    'crowd_anchors': 'positive',
+    # Box coordinates clipped to image_size - 1 (automl's input pipeline) or, false, to the
+    # resized image's edge.
+    'clip_boxes_to_last_pixel': True,
     'mean_rgb': IMAGENET_MEAN_RGB,
     'stddev_rgb': IMAGENET_STDDEV_RGB,
     'shuffle_buffer': 1024,
@@ -65,6 +71,9 @@ _DEFAULTS = {
     'delta': 0.1,
     'box_loss_weight': 50.0,
     'label_smoothing': 0.0,
+    # Loss normaliser, automl's key: 0 the positives of this rank's batch + 1; > 0 a moving
+    # average of that (this momentum); < 0 that count averaged over the ranks.
+    'positives_momentum': 0.0,
     'iou_loss_type': 'none',  # 'none' | 'iou' | 'giou' | 'diou' | 'ciou'.
     'iou_loss_weight': 1.0,
     # Optimizer and schedule.
@@ -81,6 +90,7 @@ _DEFAULTS = {
     # Micro-batches of train_batch_size per rank summed into one optimizer step (the global
     # batch is ranks x train_batch_size x this); main.py's --global_batch_size derives it.
     'gradient_accumulation_steps': 1,
+    'clip_gradients_per_variable': True,  # automl: each gradient to the norm, then globally.
     'weight_decay': 4e-5,
     'moving_average_decay': 0.9998,
     'num_epochs': 300,
@@ -104,6 +114,7 @@ _CHOICES = {
     'fpn_weight_method': ('fastattn', 'attn', 'sum'),
     'iou_loss_type': ('none', 'iou', 'giou', 'diou', 'ciou'),
     'optimizer': ('sgd', 'adam'),
+    'crowd_anchors': ('positive', 'ignore'),
     'lr_decay_method': ('cosine', 'stepwise', 'constant'),
     'nms_configs.method': ('hard', 'gaussian'),
     'backbone_name': (tuple('efficientnet-b%d' % i for i in range(8))

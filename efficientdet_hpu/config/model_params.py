@@ -20,14 +20,15 @@ class RunParams:
     batch_size: images per rank and micro-batch (--train_batch_size). accumulation_steps:
     micro-batches per optimizer step (gradient accumulation; the training input batch per rank
     is batch_size x accumulation_steps). global_batch_size: images per optimizer step over all
-    ranks and micro-batches (the learning rate scales with it). steps_per_epoch, total_steps:
-    optimizer steps. seed: graph seed or None. backbone_ckpt, ckpt: warm starts ('' for none).
+    ranks and micro-batches (the learning rate scales with it). steps_per_epoch (a float, as
+    automl), total_steps: optimizer steps. seed: graph seed or None. backbone_ckpt, ckpt: warm
+    starts ('' for none).
     compute_dtype: 'float32', 'bfloat16' or 'float16' for training. cross_rank_batch_norm:
     batch norm statistics over all ranks (the config's sync_batch_norm with more than one rank).
     """
     batch_size: int
     global_batch_size: Optional[int] = None
-    steps_per_epoch: Optional[int] = None
+    steps_per_epoch: Optional[float] = None
     total_steps: Optional[int] = None
     seed: Optional[int] = None
     backbone_ckpt: str = ''

@@ -15,10 +15,12 @@ costs no more than 1x. `image_scales` = 1 / scale: exact for eval (crop = whole 
 flip); in training the crop offset and the flip are not part of it (a scalar cannot carry
 them) and nothing needs them, as `groundtruth_data` is made from the unaugmented boxes.
 
-Crowd boxes: eval and `skip_crowd_during_training=false` pass them to the labeler with
-is_crowd set, so anchors on them are ignored rather than negative. With
-`skip_crowd_during_training=true` (the default, as google/automl's dataloader) training drops
-them from the targets entirely. `groundtruth_data` always keeps them (COCO eval needs them).
+Crowd boxes: with `skip_crowd_during_training=true` (the default, as google/automl's
+dataloader) training drops them from the targets entirely. Eval and
+`skip_crowd_during_training=false` label them as ordinary boxes (`crowd_anchors: positive`, as
+automl) or ignore the anchors on them (`crowd_anchors: ignore`). `groundtruth_data` always
+keeps them (COCO eval needs them). Boxes are clipped to image_size - 1 as automl clips them
+(`clip_boxes_to_last_pixel`; false: to the resized image's edge).
 """
 import collections
 import os
@@ -93,16 +95,19 @@ def crop_resize_pad(image, window, output_size, mean_rgb, stddev_rgb):
     return image
 
 
-def boxes_to_network_pixels(boxes_normalized, original_size, window):
+def boxes_to_network_pixels(boxes_normalized, original_size, window, last_pixel_of=None):
     """Normalised [N, 4] boxes of an image of original_size (int32 [2]) -> (float32 [N, 4]
     network-input pixels clipped to the resized crop, bool [N] whether any of the box is
-    left in it). Boxes are [ymin, xmin, ymax, xmax]."""
+    left in it). Boxes are [ymin, xmin, ymax, xmax]. last_pixel_of: the output (height, width)
+    to clip to height - 1 and width - 1 as well, as automl's input pipeline does."""
     original = tf.tile(tf.cast(original_size, tf.float32), [2])
     offset = tf.tile(tf.cast(window.crop_offset, tf.float32), [2])
     resized = tf.tile(tf.cast(window.resized_size, tf.float32), [2])
     # The exact per-axis factor of the resize, not the nominal scale: targets match pixels.
     factor = resized / tf.tile(tf.cast(window.crop_size, tf.float32), [2])
     boxes = (boxes_normalized * original - offset) * factor
+    if last_pixel_of is not None:
+        resized = tf.minimum(resized, tf.tile(tf.cast(last_pixel_of, tf.float32) - 1.0, [2]))
     boxes = tf.minimum(tf.maximum(boxes, 0.0), resized)
     visible = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
     return boxes, visible
@@ -337,12 +342,16 @@ class InputReader:
                 window = fit_window(original_size[0], original_size[1], output_size)
             network_image = crop_resize_pad(image, window, output_size, params.config.mean_rgb,
                                             params.config.stddev_rgb)
-            network_boxes, visible = boxes_to_network_pixels(boxes, original_size, window)
+            network_boxes, visible = boxes_to_network_pixels(
+                boxes, original_size, window,
+                last_pixel_of=output_size if params.config.clip_boxes_to_last_pixel else None)
             keep = visible
             if training and params.config.skip_crowd_during_training:
                 keep &= tf.equal(record['is_crowd'], 0)
             classes = tf.where(keep, record['labels'] - 1, -1)
-            targets = labeler.label(network_boxes, classes, record['is_crowd'])
+            ignore_crowd = params.config.crowd_anchors == 'ignore'
+            targets = labeler.label(network_boxes, classes, record['is_crowd'] if ignore_crowd
+                                    else tf.zeros_like(record['is_crowd']))
             groundtruth = record_parser.groundtruth_rows(record, original_size,
                                            params.config.max_instances_per_image, truncate=training)
             return network_image, _labels_dict(targets, record['source_id'], 1.0 / window.scale,

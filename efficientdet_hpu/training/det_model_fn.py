@@ -21,6 +21,7 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import model_params
 from efficientdet_hpu.network import efficientdet_arch
 from efficientdet_hpu.ops import anchors
+from efficientdet_hpu.ops import gradient_clipping
 from efficientdet_hpu.ops import losses
 from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.runtime import distributed
@@ -45,7 +46,14 @@ _L2_VARIABLE_RE = re.compile(r'.*(kernel|weights):0$')
 
 def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps, total_steps,
                            decay_method='cosine', first_drop_step=0, second_drop_step=0):
-    """Linear warm-up from warmup_init to base_rate, then cosine / step / constant.
+    """google/automl's schedules (its det_model_fn.py), step for step.
+
+    A linear warm-up from warmup_init to base_rate over warmup_steps (none if 0), then
+      cosine: 0.5 * base_rate * (1 + cos(pi * step / (total_steps - warmup_steps))), automl's
+        formula: the cosine counts from step 0, not from the warm-up's end, and is not held
+        after total_steps (the paper's recipes were trained with it);
+      stepwise: base_rate, times 0.1 from first_drop_step on, 0.01 from second_drop_step on;
+      constant: base_rate from step 0 (automl warms nothing up there).
 
     Args:
       global_step: int64 scalar tensor.
@@ -54,24 +62,42 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     Returns: float32 scalar tensor.
     """
     step = tf.cast(global_step, tf.float32)
-    warmup_steps = max(int(warmup_steps), 1)
-    warmup_rate = warmup_init + (base_rate - warmup_init) * step / warmup_steps
+    if decay_method == 'constant':
+        return tf.constant(base_rate, tf.float32) + 0.0 * step
+    warmup_steps = int(warmup_steps)
     if decay_method == 'cosine':
         decay_span = float(max(total_steps - warmup_steps, 1))
-        progress = tf.clip_by_value((step - warmup_steps) / decay_span, 0.0, 1.0)
-        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
-    elif decay_method == 'stepwise':
-        decayed = tf1.train.piecewise_constant(
-            step, [float(first_drop_step), float(second_drop_step)],
-            [base_rate, base_rate * 0.1, base_rate * 0.01])
+        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * step / decay_span))
     else:
-        decayed = tf.constant(base_rate, tf.float32)
+        decayed = tf.constant(base_rate, tf.float32) + 0.0 * step
+        for multiplier, start in ((0.1, first_drop_step), (0.01, second_drop_step)):
+            decayed = tf.where(step < float(start), decayed, base_rate * multiplier)
+    if warmup_steps <= 0:
+        return decayed
+    warmup_rate = warmup_init + step / float(warmup_steps) * (base_rate - warmup_init)
+    if decay_method == 'stepwise':
+        # automl's order: a drop that falls inside the warm-up wins over it.
+        warmup_rate = tf.where(step < float(first_drop_step), warmup_rate, decayed)
     return tf.where(step < warmup_steps, warmup_rate, decayed)
 
 
 def _scaled_learning_rates(params):
     scale = params.run.global_batch_size / float(params.config.lr_base_batch_size)
     return params.config.learning_rate * scale, params.config.lr_warmup_init * scale
+
+
+def learning_rate_of_run(global_step, params):
+    """The run's schedule: epochs to steps as automl counts them, int(epochs * steps per
+    epoch) with the float steps per epoch of run_setup.schedule_steps."""
+    params = model_params.view(params)
+    base_rate, warmup_init = _scaled_learning_rates(params)
+    steps_per_epoch = params.run.steps_per_epoch
+    return learning_rate_schedule(
+        global_step, base_rate=base_rate, warmup_init=warmup_init,
+        warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
+        total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
+        first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
+        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
 
 
 def _build_network(features, params, is_training):
@@ -95,16 +121,6 @@ def _anchor_boxes(params):
                                          **hparams_config.anchor_settings(params.config))
 
 
-def _loss_normalizer(labels):
-    """float32 scalar: the positives of this rank's whole batch (every micro-batch), averaged
-    over ranks, plus 1 / ranks. Every rank divides its loss sum by it and the gradients are
-    averaged over ranks, so a step's gradient is that of (loss sum over the global batch) /
-    (positives of the global batch + 1), whatever the ranks and micro-batches: 1 rank x 8
-    images, 2 ranks x 4 and 2 ranks x 2 micro-batches x 2 give the same step."""
-    positives = tf.reduce_sum(tf.cast(labels['num_positives'], tf.float32))
-    return distributed.allreduce_mean(positives) + 1.0 / distributed.size()
-
-
 def _detection_losses(class_outputs, box_outputs, labels, params, normalizer):
     config = params.config
     levels = range(config.min_level, config.max_level + 1)
@@ -120,6 +136,35 @@ def _detection_losses(class_outputs, box_outputs, labels, params, normalizer):
         box_loss_weight=config.box_loss_weight, label_smoothing=config.label_smoothing,
         iou_loss_type=config.iou_loss_type, iou_loss_weight=config.iou_loss_weight,
         anchor_boxes=_anchor_boxes(params) if config.iou_loss_type != 'none' else None)
+
+
+def positives_normalizer(num_positives, momentum):
+    """The loss normaliser as automl's detection_loss makes it from `positives_momentum`.
+
+    num_positives: float32 [batch], positive anchors per image of this rank's whole step
+    (every micro-batch). momentum 0: the step's count + 1 (each rank its own, as automl per
+    replica); > 0: a moving average of that (automl's variable `moving_normalizer`, from 0, no
+    bias correction); < 0: the same normaliser on every rank, the mean over ranks of the count
+    plus 1 / ranks, so that with the gradients averaged over ranks a step's gradient is that
+    of (loss sum over the global batch) / (its positives + 1): N ranks and K micro-batches give
+    one process's step on the concatenated batch."""
+    count = tf.reduce_sum(tf.cast(num_positives, tf.float32))
+    if momentum < 0:
+        return distributed.allreduce_mean(count) + 1.0 / distributed.size()
+    normalizer = count + 1.0
+    if momentum > 0:
+        moving = tf1.get_variable('moving_normalizer', [], tf.float32, trainable=False,
+                                  initializer=tf1.zeros_initializer())
+        return moving.assign_sub((moving - normalizer) * (1.0 - momentum))
+    return normalizer
+
+
+def _step_normalizer(labels, params, training=True):
+    """positives_normalizer of a step's labels (all micro-batches); evaluation never keeps a
+    moving normaliser (a checkpoint trained without one must evaluate)."""
+    momentum = params.config.positives_momentum
+    return positives_normalizer(labels['num_positives'],
+                                momentum if training else min(momentum, 0.0))
 
 
 def _weight_decay_loss(weight_decay):
@@ -158,9 +203,11 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
     grads = distributed.allreduce_gradients(grads)  # One allreduce per optimizer step.
     grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
     global_norm = tf.linalg.global_norm(grads)
-    if params.config.clip_gradients_norm > 0:
-        grads, _ = tf.clip_by_global_norm(grads, params.config.clip_gradients_norm,
-                                          use_norm=global_norm)
+    grads, applied_norm = gradient_clipping.clip_gradients(
+        grads, params.config.clip_gradients_norm, global_norm=global_norm,
+        per_variable=params.config.clip_gradients_per_variable)
+    # The log's grad_norm is before clipping; automl's `gradient_norm` summary after it.
+    tf1.summary.scalar('train/gradient_norm', applied_norm)
     # The averaged gradients are identical on every rank, so every rank takes the same branch.
     grads_finite = tf.math.is_finite(global_norm)
     finite = tf.logical_and(grads_finite, tf.math.is_finite(total_loss))
@@ -224,7 +271,7 @@ def model_fn(features, labels, mode, params):
         return _predict_spec(features, class_outputs, box_outputs, params)
 
     loss_terms = _detection_losses(class_outputs, box_outputs, labels, params,
-                                   _loss_normalizer(labels))
+                                   _step_normalizer(labels, params, training=False))
     total_loss = loss_terms['total_loss'] + _weight_decay_loss(params.config.weight_decay)
     metrics = {'eval/' + k: tf1.metrics.mean(v) for k, v in loss_terms.items()}
     return tf1.estimator.EstimatorSpec(mode, loss=total_loss, eval_metric_ops=metrics,
@@ -247,19 +294,12 @@ def _train_spec(features, labels, params):
     rank's batch (features images [K x b, H, W, 3], labels likewise)."""
     micro_batches = accumulation.split_micro_batches(
         (features, labels), params.run.accumulation_steps)
-    normalizer, terms = _loss_normalizer(labels), []
+    normalizer, terms = _step_normalizer(labels, params), []
     # The first network is built here: warm starts and optimizer state need its variables.
     first_loss = _micro_batch_loss(micro_batches[0], params, normalizer, terms)
     l2_loss = _weight_decay_loss(params.config.weight_decay)  # Once per step.
     global_step = tf1.train.get_or_create_global_step()
-    base_rate, warmup_init = _scaled_learning_rates(params)
-    steps_per_epoch = params.run.steps_per_epoch
-    learning_rate = learning_rate_schedule(
-        global_step, base_rate=base_rate, warmup_init=warmup_init,
-        warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
-        total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
-        first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
-        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
+    learning_rate = learning_rate_of_run(global_step, params)
     warm_start.apply(params.run)
     train_op, grad_norm, finite = _train_op(
         first_loss + l2_loss, params, learning_rate, micro_batches[1:], functools.partial(

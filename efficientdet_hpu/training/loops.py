@@ -69,9 +69,12 @@ def execute(run):
             evaluation.evaluate_latest(run)
             preemption.stop_if_asked(options.model_dir)
     else:
-        epochs = run.total_steps // run.steps_per_epoch
+        # Epoch ends at int(epoch * steps per epoch) (a float, as automl counts), the last at
+        # the final step.
+        epochs = max(1, int(round(run.total_steps / run.steps_per_epoch)))
         for epoch in range(1, epochs + 1):
-            step = min(epoch * run.steps_per_epoch, run.total_steps)
+            step = (run.total_steps if epoch == epochs
+                    else min(int(epoch * run.steps_per_epoch), run.total_steps))
             if current_step(run) >= step and epoch < epochs:
                 continue
             train_until(run, step)

@@ -42,7 +42,7 @@ class Run:
     params: model_params.RunParams  # The run's half of the Estimator's params.
     estimator: object
     label_map: object
-    steps_per_epoch: int
+    steps_per_epoch: float  # automl's: examples / global batch, not floored.
     total_steps: int
     train_skip: object = None  # training.data_faults.SkipList with --skip_bad_records.
     eval_skip: object = None
@@ -107,6 +107,14 @@ def _examples_per_epoch(options):
         counted = sum(1 for f in dataloader.list_record_files(options.training_file_pattern)
                       for _ in tf1.io.tf_record_iterator(f))
     return counted
+
+
+def schedule_steps(examples_per_epoch, global_batch, num_epochs):
+    """(steps per epoch, total steps) as automl counts them: the steps per epoch stay a float
+    (118287 / 64 = 1848.23 on COCO), the total is int(num_epochs * that), at least 1; the
+    warm-up and the learning-rate drops are int(epochs * steps per epoch) in model_fn."""
+    steps_per_epoch = examples_per_epoch / float(global_batch)
+    return steps_per_epoch, max(1, int(num_epochs * steps_per_epoch))
 
 
 def _count_from_summary(pattern):
@@ -274,7 +282,7 @@ def run_summary(config, device, world, per_rank_batch, total_steps, steps_per_ep
     if params.accumulation_steps > 1:
         accumulated = ' x %d accumulated micro-batches' % params.accumulation_steps
     return ('%s on %s x%d: batch %d per rank%s, global %d; learning rate %.4g (%.4g per %d '
-            'images); %d steps (%d per epoch)%s; compute %s' % (
+            'images); %d steps (%.6g per epoch)%s; compute %s' % (
                 config.name, device, world, per_rank_batch, accumulated,
                 params.global_batch_size, config.learning_rate * scale, config.learning_rate,
                 config.lr_base_batch_size, total_steps, steps_per_epoch, batch_norm,
@@ -332,9 +340,9 @@ def prepare(options, config, explicit_keys):
     _check_batch('eval_batch_size', options.eval_batch_size)
     accumulated = accumulation_steps(options, config, per_rank_batch, world)
     global_batch = per_rank_batch * world * accumulated
-    steps_per_epoch = max(1, _examples_per_epoch(options) // global_batch)
     num_epochs = options.num_epochs if options.num_epochs is not None else config.num_epochs
-    total_steps = steps_per_epoch * num_epochs
+    steps_per_epoch, total_steps = schedule_steps(_examples_per_epoch(options), global_batch,
+                                                  num_epochs)
     if options.deterministic:
         os.environ['TF_DETERMINISTIC_OPS'] = '1'
     seed = options.seed if options.seed is not None else (0 if options.deterministic else None)

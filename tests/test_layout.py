@@ -16,8 +16,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = 'efficientdet_hpu'
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'backbone', 'network', 'training', 'serving',
-          'datatools', 'benchmarks', 'launch', 'cli')
+LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
+          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
 ROOT_MODULES = {'main', 'demo_efficientdet', 'inference', 'bench', 'model_inspect',
                 'efficientdet_arch', 'dataloader', 'det_model_fn', 'hparams_config', 'anchors',
                 'coco_metric'}

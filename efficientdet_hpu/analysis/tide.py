@@ -77,10 +77,12 @@ class Error:
 class ImageOutcome:
     """Per image: det_kind [D'] str ('tp', 'ignored' or an error type) of the kept detections
     (sorted by score), det_order [D'] their indices in the input, truth_kind [G] ('tp',
-    'crowd', 'missed' or 'fixable': unmatched but pointed at by a Cls/Loc error)."""
+    'crowd', 'missed' or 'fixable': unmatched but pointed at by a Cls/Loc error), det_truth
+    [D'] the input index of the truth a true positive took (-1 otherwise)."""
     det_kind: List[str]
     det_order: np.ndarray
     truth_kind: List[str]
+    det_truth: np.ndarray
 
 
 @dataclasses.dataclass
@@ -115,8 +117,9 @@ def tide_ap(points, num_truth):
     return float(np.mean(values))
 
 
-def _iou(detections, truth_boxes, crowd):
-    """[D, G] IoU (crowd columns: intersection / detection area), pycocotools' formula."""
+def iou_matrix(detections, truth_boxes, crowd):
+    """float64 [D, G] IoU of xywh boxes [D, 4] and [G, 4]; crowd [G] columns take
+    intersection / detection area. pycocotools' formula."""
     if not len(detections) or not len(truth_boxes):
         return np.zeros((len(detections), len(truth_boxes)))
     return np.asarray(mask_utils.iou(detections.tolist(), truth_boxes.tolist(),
@@ -125,19 +128,19 @@ def _iou(detections, truth_boxes, crowd):
 
 
 def _match(det_classes, iou, truth_classes, pos):
-    """Greedy TIDE matching; returns (used [D] bool, truth_used [G] bool)."""
+    """Greedy TIDE matching; returns (matched truth [D] int, -1 for none; truth_used [G])."""
     same = det_classes[:, None] == truth_classes[None, :]
     buffer = iou * same
-    used = np.zeros(len(det_classes), bool)
+    matched = np.full(len(det_classes), -1, np.int64)
     truth_used = np.zeros(len(truth_classes), bool)
     for index in range(len(det_classes)):
         if not buffer.shape[1]:
             break
         best = int(np.argmax(buffer[index]))
         if buffer[index, best] >= pos:
-            used[index] = truth_used[best] = True
+            matched[index], truth_used[best] = best, True
             buffer[:, best] = 0.0
-    return used, truth_used
+    return matched, truth_used
 
 
 def _classify(index, iou, same, truth_used, has_truth, pos, bg):
@@ -186,9 +189,10 @@ def _image(collector, image_index, truth, dets, pos, bg, max_dets):
         collector.num_truth[cls] += 1
     order = np.argsort(-dets.scores, kind='stable')[:max_dets]
     boxes, classes, scores = dets.boxes[order], dets.classes[order], dets.scores[order]
-    iou = _iou(boxes, truth_boxes, np.zeros(len(truth_boxes)))
-    used, truth_used = _match(classes, iou, truth_classes, pos)
-    crowd_iou = _iou(boxes, truth.boxes[truth.crowd], np.ones(int(truth.crowd.sum())))
+    iou = iou_matrix(boxes, truth_boxes, np.zeros(len(truth_boxes)))
+    matched, truth_used = _match(classes, iou, truth_classes, pos)
+    used = matched >= 0
+    crowd_iou = iou_matrix(boxes, truth.boxes[truth.crowd], np.ones(int(truth.crowd.sum())))
     crowd_same = classes[:, None] == truth.classes[truth.crowd][None, :]
     ignored = ~used & np.any((crowd_iou > pos) & crowd_same, axis=1)
     same = classes[:, None] == truth_classes[None, :]
@@ -218,7 +222,9 @@ def _image(collector, image_index, truth, dets, pos, bg, max_dets):
             if local not in fixable:
                 collector.errors.append(Error('missed', int(truth_classes[local]),
                                               collector.next_uid(), 0.0, None))
-    return ImageOutcome(det_kind, order, truth_kind)
+    det_truth = np.where(used, truth_index[np.maximum(matched, 0)] if len(truth_index) else -1,
+                         -1)
+    return ImageOutcome(det_kind, order, truth_kind, det_truth)
 
 
 def _fixed_data(collector, kinds):

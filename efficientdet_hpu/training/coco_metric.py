@@ -78,6 +78,7 @@ class EvaluationMetric:
         self.testdev_dir = testdev_dir
         self.testdev_name = testdev_name
         self._json_gt = None  # COCO of val_json_file, loaded once on first evaluate().
+        self.scored = None  # evaluate()'s inputs as COCO data, see there.
         self.reset_states()
 
     def reset_states(self):
@@ -135,6 +136,9 @@ class EvaluationMetric:
             coco_gt, category_ids = self._groundtruth_from_json(image_ids)
         else:
             coco_gt, category_ids = self._groundtruth_from_arrays(image_ids)
+        # What the error analysis (analysis/report.py) reads: the scored inputs as COCO data.
+        self.scored = {'dataset': coco_gt.dataset, 'results': results, 'image_ids': image_ids,
+                       'names': {c: self._category_name(c, coco_gt) for c in category_ids}}
         coco_eval = _run_cocoeval(coco_gt, _load_results(coco_gt, results),
                                   image_ids, category_ids)
         metrics = {name: float(value) for name, value in zip(METRIC_NAMES, coco_eval.stats)}

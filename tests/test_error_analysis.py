@@ -14,6 +14,7 @@ from cli_runs import assert_one_line_error, run_main, run_python, tiny_flags
 from efficientdet_hpu.analysis import confusion
 from efficientdet_hpu.analysis import report
 from efficientdet_hpu.analysis import tide
+from efficientdet_hpu.data import record_index
 
 CAT, DOG, BIRD = 1, 2, 3
 
@@ -129,11 +130,38 @@ def test_eval_of_a_finished_training_scores_its_last_checkpoint_analyses_and_exi
 @pytest.mark.slow
 def test_records_against_another_splits_json_stop_before_scoring(tiny_trained_run,
                                                                  tiny_dataset, tmp_path):
+    """The training split's JSON renumbered to the validation ids: the ids overlap, the
+    images (file names) do not, as in the issue's report."""
     model_dir = str(tmp_path / 'run')
     shutil.copytree(tiny_trained_run, model_dir)
-    train_json = tiny_dataset['val_json'].replace('instances_val', 'instances_train')
+    train = json.load(open(tiny_dataset['val_json'].replace('instances_val', 'instances_train')))
+    val_ids = [image['id'] for image in json.load(open(tiny_dataset['val_json']))['images']]
+    renumber = {image['id']: val_id for image, val_id in zip(train['images'], val_ids)}
+    train['images'] = [dict(image, id=renumber[image['id']]) for image in train['images']
+                       if image['id'] in renumber]
+    train['annotations'] = [dict(a, image_id=renumber[a['image_id']])
+                            for a in train['annotations'] if a['image_id'] in renumber]
+    other_split = str(tmp_path / 'overlapping_ids.json')
+    json.dump(train, open(other_split, 'w'))
     flags = [f for f in tiny_flags(tiny_dataset, model_dir, '--mode=eval')
-             if not f.startswith('--val_json_file')] + ['--val_json_file=%s' % train_json]
+             if not f.startswith('--val_json_file')] + ['--val_json_file=%s' % other_split]
     result = run_main(flags, timeout=600)
-    assert_one_line_error(result, 'different splits', train_json, 'record 0 of')
+    assert_one_line_error(result, 'different splits', other_split, 'record 0 of',
+                          "'%s'" % train['images'][0]['file_name'])
     assert 'Average Precision' not in result.stdout
+
+
+def test_split_check_names_the_first_record_and_both_files():
+    records = [record_index.Identity(7, 'val/7.jpg', 240, 320),
+               record_index.Identity(8, 'val/8.jpg', 240, 320)]
+    same = [{'id': 7, 'file_name': '7.jpg', 'height': 240, 'width': 320},
+            {'id': 8, 'file_name': '8.jpg', 'height': 240, 'width': 320}]
+    record_index.check_against_json(records, same, 'val-*', 'val.json')  # Basenames agree.
+    resized = [same[0], dict(same[1], height=256)]
+    with pytest.raises(record_index.SplitMismatchError,
+                       match=r"image id 8 is 'val/8.jpg' 320x240 in record 1 of val-\* but "
+                             r"'8.jpg' 320x256 in --val_json_file=val.json"):
+        record_index.check_against_json(records, resized, 'val-*', 'val.json')
+    with pytest.raises(record_index.SplitMismatchError,
+                       match=r"image id 8 \('val/8.jpg', record 1 of val-\*\) is not in"):
+        record_index.check_against_json(records, same[:1], 'val-*', 'val.json')

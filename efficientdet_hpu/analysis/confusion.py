@@ -26,15 +26,19 @@ def _image_pairs(truth, dets, iou_threshold, score_threshold):
                            np.ones(int(truth.crowd.sum()))) >= iou_threshold, axis=1)
     truth_classes = truth.classes[plain]
     taken = np.zeros(len(truth_classes), bool)
-    pairs = []
-    for index in range(len(order)):
-        row = np.where(taken, -1.0, iou[index]) if iou.shape[1] else np.zeros(0)
-        best = int(np.argmax(row)) if len(row) else -1
-        if best >= 0 and row[best] >= iou_threshold:
-            taken[best] = True
-            pairs.append((int(truth_classes[best]), int(classes[index])))
-        elif not on_crowd[index]:
-            pairs.append((None, int(classes[index])))
+    took = np.full(len(order), -1, np.int64)
+    # Only a detection with some IoU >= iou_threshold can take a truth; taking one only
+    # removes candidates of later detections.
+    candidates = np.any(iou >= iou_threshold, axis=1) if iou.shape[1] else np.zeros(
+        len(order), bool)
+    for index in np.flatnonzero(candidates).tolist():
+        row = np.where(taken, -1.0, iou[index])
+        best = int(np.argmax(row))
+        if row[best] >= iou_threshold:
+            taken[best], took[index] = True, best
+    pairs = [(int(truth_classes[t]) if t >= 0 else None, int(c))
+             for t, c, crowd in zip(took.tolist(), classes.tolist(), on_crowd.tolist())
+             if t >= 0 or not crowd]
     pairs.extend((int(cls), None) for cls in truth_classes[~taken])
     return pairs
 

@@ -8,8 +8,6 @@ missed is the share no detection came near (TIDE's missed type); AP50 is TIDE's 
 bin's truths, the true positives that took them, and the false positives whose own size falls
 in the bin (COCO's area-range rule).
 """
-import collections
-
 import numpy as np
 
 from efficientdet_hpu.analysis import tide
@@ -55,6 +53,23 @@ def truth_coverage(truths, image_sizes, setup):
     return visible[0] & (best_iou >= setup.match_threshold)
 
 
+def _det_columns(result, truths, detections, scales, edges):
+    """(bin, class, score, is_true) of every detection in TIDE's AP data: a true positive
+    lands in its truth's bin, a false positive in its own."""
+    columns = []
+    for image, (truth, dets, outcome) in enumerate(zip(truths, detections, result.images)):
+        kinds = np.array(outcome.det_kind, dtype=object)
+        keep, is_true = kinds != 'ignored', kinds == 'tp'
+        order = outcome.det_order
+        truth_bins = _bin(np.sqrt(truth.boxes[:, 2] * truth.boxes[:, 3]) * scales[image], edges)
+        det_bins = _bin(np.sqrt(dets.boxes[order, 2] * dets.boxes[order, 3]) * scales[image],
+                        edges)
+        if len(truth_bins):
+            det_bins = np.where(is_true, truth_bins[np.maximum(outcome.det_truth, 0)], det_bins)
+        columns.append(np.c_[det_bins, dets.classes[order], dets.scores[order], is_true][keep])
+    return np.concatenate(columns + [np.zeros((0, 4))])
+
+
 def size_table(result, truths, detections, scales, coverage=None, edges=SIZE_EDGES):
     """[{'bin', 'truths', 'recall', 'missed_share', 'ap50', 'anchor_coverage'}] per size bin.
 
@@ -63,43 +78,31 @@ def size_table(result, truths, detections, scales, coverage=None, edges=SIZE_EDG
       scales: float [M] network pixels per original pixel, per image.
       coverage: bool [T] from truth_coverage, or None (then 'anchor_coverage' is None).
     """
-    bins = len(edges) - 1
-    counts, matched, missed = (np.zeros(bins, np.int64) for _ in range(3))
-    num_truth = collections.defaultdict(lambda: collections.defaultdict(int))
-    points = collections.defaultdict(lambda: collections.defaultdict(list))
-    truth_bins = []
-    for image, (truth, dets, outcome) in enumerate(zip(truths, detections, result.images)):
-        sizes = np.sqrt(truth.boxes[:, 2] * truth.boxes[:, 3]) * scales[image]
-        where = _bin(sizes, edges)
-        for box, kind in enumerate(outcome.truth_kind):
-            if kind == 'crowd':
-                continue
-            counts[where[box]] += 1
-            matched[where[box]] += kind == 'tp'
-            missed[where[box]] += kind == 'missed'
-            num_truth[where[box]][int(truth.classes[box])] += 1
-        truth_bins.append(where[~truth.crowd])
-        det_sizes = np.sqrt(dets.boxes[:, 2] * dets.boxes[:, 3]) * scales[image]
-        for rank, index in enumerate(outcome.det_order.tolist()):
-            kind, cls = outcome.det_kind[rank], int(dets.classes[index])
-            if kind == 'ignored':
-                continue
-            target = where[outcome.det_truth[rank]] if kind == 'tp' else _bin(
-                det_sizes[index:index + 1], edges)[0]
-            points[target][cls].append((float(dets.scores[index]), kind == 'tp'))
-    truth_bins = np.concatenate(truth_bins + [np.zeros(0, np.int64)])
+    truth_bins, truth_classes, kinds = [], [], []
+    for image, (truth, outcome) in enumerate(zip(truths, result.images)):
+        plain = ~truth.crowd
+        truth_bins.append(_bin(np.sqrt(truth.boxes[plain, 2] * truth.boxes[plain, 3]) *
+                               scales[image], edges))
+        truth_classes.append(truth.classes[plain])
+        kinds.append(np.array(outcome.truth_kind, dtype=object)[plain])
+    truth_bins, truth_classes, kinds = (np.concatenate(parts + [np.zeros(0, dtype)]) for parts, dtype
+                                        in ((truth_bins, np.int64), (truth_classes, np.int64),
+                                            (kinds, object)))
+    dets = _det_columns(result, truths, detections, scales, edges)
     rows = []
     for position, name in enumerate(bin_names(edges)):
-        classes = set(num_truth[position]) | set(points[position])
-        aps = [tide.tide_ap(points[position][cls], num_truth[position][cls]) for cls in classes]
-        total = int(counts[position])
-        in_bin = truth_bins == position
+        in_bin, det_rows = truth_bins == position, dets[dets[:, 0] == position]
+        total = int(in_bin.sum())
+        aps = []
+        for cls in sorted(set(truth_classes[in_bin].tolist()) | set(det_rows[:, 1].tolist())):
+            aps.append(tide.tide_ap(det_rows[det_rows[:, 1] == cls][:, 2:],
+                                    int(np.sum(truth_classes[in_bin] == cls))))
         rows.append({'bin': name, 'truths': total,
-                     'recall': float(matched[position] / total) if total else None,
-                     'missed_share': float(missed[position] / total) if total else None,
+                     'recall': float(np.mean(kinds[in_bin] == 'tp')) if total else None,
+                     'missed_share': float(np.mean(kinds[in_bin] == 'missed')) if total else None,
                      'ap50': float(np.mean(aps)) if aps and total else None,
                      'anchor_coverage': (float(np.mean(coverage[in_bin]))
-                                         if coverage is not None and in_bin.any() else None)})
+                                         if coverage is not None and total else None)})
     return rows
 
 
@@ -107,7 +110,7 @@ def format_table(rows):
     """Text table of size_table rows."""
     def share(value):
         return '   -' if value is None else '%4.0f%%' % (100 * value)
-    lines = ['%-12s %7s %6s %7s %7s %16s' % ('size (net px)', 'truths', 'AP50', 'recall',
+    lines = ['%-13s %7s %6s %7s %7s %16s' % ('size (net px)', 'truths', 'AP50', 'recall',
                                               'missed', 'anchor coverage')]
     for row in rows:
         lines.append('%-13s %7d %6s %7s %7s %16s' % (

@@ -24,7 +24,6 @@ false negatives (every unmatched ground truth removed from the count).
 
 Boxes are COCO [x, y, width, height] in image pixels.
 """
-import collections
 import dataclasses
 from typing import Dict, List
 
@@ -59,21 +58,6 @@ class ImageDetections:
 
 
 @dataclasses.dataclass
-class Error:
-    """One error. kind: an ERROR_TYPES name. cls: the detection's (or missed box's) class.
-    point: the detection's original (score, False) in the AP data, None when it was ignored
-    or for a missed box. truth: (image index, ground-truth index) a classification or
-    localisation error points at while that ground truth is untaken, else None."""
-    kind: str
-    cls: int
-    uid: int
-    score: float
-    point: object
-    truth: object = None
-    truth_class: int = -1
-
-
-@dataclasses.dataclass
 class ImageOutcome:
     """Per image: det_kind [D'] str ('tp', 'ignored' or an error type) of the kept detections
     (sorted by score), det_order [D'] their indices in the input, truth_kind [G] ('tp',
@@ -103,18 +87,18 @@ class Analysis:
 def tide_ap(points, num_truth):
     """TIDE's AP (0..1) of one class. points: [(score, is_true)] in insertion order (a stable
     sort by descending score breaks ties by it); num_truth: ground-truth count."""
-    if num_truth <= 0:
+    if num_truth <= 0 or not len(points):
         return 0.0
-    ordered = sorted(points, key=lambda point: -point[0])
-    is_true = np.array([bool(point[1]) for point in ordered], bool)
+    values = np.asarray(points, np.float64).reshape(-1, 2)
+    is_true = values[np.argsort(-values[:, 0], kind='stable'), 1] > 0
     true_positives = np.cumsum(is_true)
     precision = true_positives / np.arange(1, len(is_true) + 1)
     recall = true_positives / float(num_truth)
-    precision = np.maximum.accumulate(precision[::-1])[::-1] if len(precision) else precision
+    precision = np.maximum.accumulate(precision[::-1])[::-1]
     indices = np.searchsorted(recall, _RECALL_POINTS, side='left')
-    values = np.where(indices < len(precision), precision[np.minimum(indices, len(precision) - 1)]
-                      if len(precision) else 0.0, 0.0)
-    return float(np.mean(values))
+    read = np.where(indices < len(precision), precision[np.minimum(indices, len(precision) - 1)],
+                    0.0)
+    return float(np.mean(read))
 
 
 def iou_matrix(detections, truth_boxes, crowd):
@@ -133,9 +117,11 @@ def _match(det_classes, iou, truth_classes, pos):
     buffer = iou * same
     matched = np.full(len(det_classes), -1, np.int64)
     truth_used = np.zeros(len(truth_classes), bool)
-    for index in range(len(det_classes)):
-        if not buffer.shape[1]:
-            break
+    if not buffer.shape[1]:
+        return matched, truth_used
+    # Only a detection with some same-class IoU >= pos can match; taking a truth only lowers
+    # the others' rows, so skipping the rest changes nothing.
+    for index in np.flatnonzero(np.any(buffer >= pos, axis=1)).tolist():
         best = int(np.argmax(buffer[index]))
         if buffer[index, best] >= pos:
             matched[index], truth_used[best] = best, True
@@ -143,152 +129,146 @@ def _match(det_classes, iou, truth_classes, pos):
     return matched, truth_used
 
 
-def _classify(index, iou, same, truth_used, has_truth, pos, bg):
-    """(error type, ground-truth index or -1) of false positive `index`."""
-    if not has_truth:
-        return 'background', -1
-    row, same_row = iou[index], iou[index] * same[index]
-    best = int(np.argmax(same_row))
-    if bg <= same_row[best] <= pos:
-        return 'localisation', best
-    other = row * ~same[index]
-    best = int(np.argmax(other))
-    if other[best] >= pos:
-        return 'classification', best
-    taken = same_row * truth_used
-    best = int(np.argmax(taken))
-    if taken[best] >= pos:
-        return 'duplicate', best
-    if row.max() <= bg:
-        return 'background', -1
-    return 'both', -1
+def _classify(false, iou, same, truth_used, pos, bg):
+    """(error type [F] str, ground-truth index [F] or -1) of the false positives `false`
+    (indices of rows of iou [D, G]), TIDE's tests in TIDE's order."""
+    kinds = np.full(len(false), 'background', object)
+    targets = np.full(len(false), -1, np.int64)
+    if not iou.shape[1] or not len(false):
+        return kinds, targets
+    rows = np.arange(len(false))
+    overlap, same = iou[false], same[false]
+    same_iou = overlap * same
+    best_same = np.argmax(same_iou, axis=1)
+    local = (same_iou[rows, best_same] >= bg) & (same_iou[rows, best_same] <= pos)
+    other = overlap * ~same
+    best_other = np.argmax(other, axis=1)
+    wrong_class = ~local & (other[rows, best_other] >= pos)
+    taken = same_iou * truth_used[None, :]
+    best_taken = np.argmax(taken, axis=1)
+    duplicate = ~local & ~wrong_class & (taken[rows, best_taken] >= pos)
+    rest = ~local & ~wrong_class & ~duplicate
+    kinds[rest & (overlap.max(axis=1) > bg)] = 'both'
+    kinds[duplicate], targets[duplicate] = 'duplicate', best_taken[duplicate]
+    kinds[wrong_class], targets[wrong_class] = 'classification', best_other[wrong_class]
+    kinds[local], targets[local] = 'localisation', best_same[local]
+    return kinds, targets
 
 
-class _Collector:
-    """The AP data and error list over all images, in TIDE's insertion order."""
-
-    def __init__(self):
-        self.points = collections.defaultdict(dict)   # class -> {uid: (score, is_true)}
-        self.num_truth = collections.defaultdict(int)
-        self.false_negatives = collections.defaultdict(int)
-        self.errors: List[Error] = []
-        self.best = {}  # (image, truth) -> (score, uid) of its best Cls/Loc error.
-        self.uid = 0
-
-    def next_uid(self):
-        self.uid += 1
-        return self.uid
+_KINDS = ('tp', 'ignored') + ERROR_TYPES  # Codes of det_kind: index in this tuple.
 
 
-def _image(collector, image_index, truth, dets, pos, bg, max_dets):
-    """Matches one image, adding its AP points and errors; returns its ImageOutcome."""
-    keep = ~truth.crowd
-    truth_boxes, truth_classes = truth.boxes[keep], truth.classes[keep]
+@dataclasses.dataclass
+class _Columns:
+    """Every kept detection of every image in TIDE's order (images in order, each by score):
+    cls, score, kind (index in _KINDS; 'ignored' rows are false positives over a crowd box,
+    their error type in error_kind), truth_key (a global truth id a Cls/Loc error points at
+    while that truth is untaken, else -1), truth_class (that truth's class)."""
+    cls: np.ndarray
+    score: np.ndarray
+    kind: np.ndarray
+    error_kind: np.ndarray
+    truth_key: np.ndarray
+    truth_class: np.ndarray
+
+
+def _image(image_truth, dets, pos, bg, max_dets, first_key):
+    """Matches one image. Returns (ImageOutcome, column parts [6 arrays], truth classes of
+    the non-crowd truths [G'], their outcome codes [G']: 0 tp, 1 fixable, 2 missed)."""
+    keep = ~image_truth.crowd
+    truth_boxes, truth_classes = image_truth.boxes[keep], image_truth.classes[keep]
     truth_index = np.flatnonzero(keep)
-    for cls in truth_classes.tolist():
-        collector.num_truth[cls] += 1
     order = np.argsort(-dets.scores, kind='stable')[:max_dets]
     boxes, classes, scores = dets.boxes[order], dets.classes[order], dets.scores[order]
     iou = iou_matrix(boxes, truth_boxes, np.zeros(len(truth_boxes)))
     matched, truth_used = _match(classes, iou, truth_classes, pos)
     used = matched >= 0
-    crowd_iou = iou_matrix(boxes, truth.boxes[truth.crowd], np.ones(int(truth.crowd.sum())))
-    crowd_same = classes[:, None] == truth.classes[truth.crowd][None, :]
+    crowd_iou = iou_matrix(boxes, image_truth.boxes[image_truth.crowd],
+                           np.ones(int(image_truth.crowd.sum())))
+    crowd_same = classes[:, None] == image_truth.classes[image_truth.crowd][None, :]
     ignored = ~used & np.any((crowd_iou > pos) & crowd_same, axis=1)
-    same = classes[:, None] == truth_classes[None, :]
-    det_kind, fixable = [], set()
-    for index in range(len(order)):
-        uid, cls, score = collector.next_uid(), int(classes[index]), float(scores[index])
-        if not ignored[index]:
-            collector.points[cls][uid] = (score, bool(used[index]))
-        if used[index]:
-            det_kind.append('tp')
-            continue
-        kind, target = _classify(index, iou, same, truth_used, len(truth_boxes) > 0, pos, bg)
-        error = Error(kind, cls, uid, score, None if ignored[index] else (score, False))
-        if kind in ('classification', 'localisation') and not truth_used[target]:
-            error.truth, error.truth_class = (image_index, target), int(truth_classes[target])
-            fixable.add(target)
-            if collector.best.get(error.truth, (-1.0, 0))[0] < score:
-                collector.best[error.truth] = (score, uid)
-        collector.errors.append(error)
-        det_kind.append('ignored' if ignored[index] else kind)
-    truth_kind = ['crowd'] * len(truth.boxes)
+    false = np.flatnonzero(~used)
+    false_kind, false_target = _classify(false, iou, classes[:, None] == truth_classes[None, :],
+                                         truth_used, pos, bg)
+    error_kind = np.zeros(len(order), np.int64)
+    error_kind[false] = [_KINDS.index(kind) for kind in false_kind.tolist()]
+    kind = np.where(used, 0, np.where(ignored, 1, error_kind))
+    fixable = (np.isin(error_kind, [_KINDS.index('classification'),
+                                    _KINDS.index('localisation')]) & ~used)
+    target = np.zeros(len(order), np.int64)
+    target[false] = false_target
+    fixable &= (target >= 0) & ~truth_used[np.maximum(target, 0)] if len(truth_used) else False
+    truth_key = np.where(fixable, first_key + target, -1)
+    truth_class = np.where(fixable, truth_classes[np.maximum(target, 0)]
+                           if len(truth_classes) else -1, -1)
+    truth_code = np.where(truth_used, 0, 2)
+    truth_code[np.unique(target[fixable])] = 1
+    truth_kind = ['crowd'] * len(image_truth.boxes)
     for local, original in enumerate(truth_index.tolist()):
-        truth_kind[original] = 'tp' if truth_used[local] else (
-            'fixable' if local in fixable else 'missed')
-        if not truth_used[local]:
-            collector.false_negatives[int(truth_classes[local])] += 1
-            if local not in fixable:
-                collector.errors.append(Error('missed', int(truth_classes[local]),
-                                              collector.next_uid(), 0.0, None))
+        truth_kind[original] = ('tp', 'fixable', 'missed')[truth_code[local]]
     det_truth = np.where(used, truth_index[np.maximum(matched, 0)] if len(truth_index) else -1,
                          -1)
-    return ImageOutcome(det_kind, order, truth_kind, det_truth)
+    outcome = ImageOutcome([_KINDS[k] for k in kind.tolist()], order, truth_kind, det_truth)
+    return outcome, (classes, scores, kind, error_kind, truth_key, truth_class), \
+        truth_classes, truth_code
 
 
-def _fixed_data(collector, kinds):
-    """(points per class, truth count per class) with every error of `kinds` fixed."""
-    num_truth = dict(collector.num_truth)
-    for cls in collector.points:
-        num_truth.setdefault(cls, 0)
-    points = collections.defaultdict(list)
-    for error in collector.errors:
-        if error.kind not in kinds:
-            if error.point is not None:
-                points[error.cls].append(error.point)
-        elif error.kind == 'missed':
-            num_truth[error.cls] -= 1
-        elif error.truth is not None and collector.best[error.truth][1] == error.uid:
-            points[error.truth_class].append((error.score, True))
-    for cls in num_truth:
-        points[cls].extend(point for point in collector.points.get(cls, {}).values()
-                           if point[1])
-    return points, num_truth
+def _best_per_truth(columns):
+    """bool [N]: the highest-scoring fixable error of each truth (the first one on ties),
+    the one TIDE fixes; the others pointing at that truth are dropped."""
+    rows = np.flatnonzero(columns.truth_key >= 0)
+    best = np.zeros(len(columns.cls), bool)
+    if len(rows):
+        ranked = rows[np.lexsort((rows, -columns.score[rows], columns.truth_key[rows]))]
+        first = np.r_[True, columns.truth_key[ranked[1:]] != columns.truth_key[ranked[:-1]]]
+        best[ranked[first]] = True
+    return best
 
 
-def _original_data(collector):
-    """(points per class in insertion order, truth count per class), nothing fixed."""
-    num_truth = dict(collector.num_truth)
-    for cls in collector.points:
-        num_truth.setdefault(cls, 0)
-    return {cls: list(values.values()) for cls, values in collector.points.items()}, num_truth
+def _points(columns, fixed, best):
+    """(class [P], score [P], is_true [P]) in TIDE's fix order: the errors' points first
+    (original, fixed or dropped), then the true positives."""
+    error = columns.kind != 0
+    fix = error & np.isin(columns.error_kind, [_KINDS.index(kind) for kind in fixed])
+    becomes_true = fix & best
+    stays_false = error & ~fix & (columns.kind != 1)
+    error_rows = np.flatnonzero(becomes_true | stays_false)
+    true_rows = np.flatnonzero(~error)
+    cls = np.r_[np.where(becomes_true, columns.truth_class, columns.cls)[error_rows],
+                columns.cls[true_rows]]
+    return (cls, np.r_[columns.score[error_rows], columns.score[true_rows]],
+            np.r_[becomes_true[error_rows], np.ones(len(true_rows), bool)])
 
 
-def _class_aps(points, num_truth):
-    """{class: AP} over the classes TIDE averages (truth or detections present)."""
-    return {cls: tide_ap(points.get(cls, []), count) for cls, count in num_truth.items()
-            if count > 0 or points.get(cls)}
+def _class_aps(points, num_truth, classes):
+    """{class: AP} over `classes` that have truth or points (TIDE averages those)."""
+    cls, score, is_true = points
+    order = np.argsort(cls, kind='stable')
+    starts = np.searchsorted(cls[order], classes, side='left')
+    ends = np.searchsorted(cls[order], classes, side='right')
+    aps = {}
+    for value, start, end in zip(classes, starts.tolist(), ends.tolist()):
+        rows = order[start:end]
+        if num_truth.get(value, 0) > 0 or len(rows):
+            aps[value] = tide_ap(np.c_[score[rows], is_true[rows]], num_truth.get(value, 0))
+    return aps
 
 
 def _mean(class_aps):
     return float(np.mean(list(class_aps.values()))) if class_aps else 0.0
 
 
-def _special(collector, kind):
-    """Points and counts of the two special fixes (false positives / false negatives)."""
-    points, num_truth = _fixed_data(collector, ())  # TIDE fixes in this order too.
+def _variant(columns, best, num_truth, missed, false_negatives, kind):
+    """(points, truth counts) with one error type (or a special one) fixed."""
+    if kind in ERROR_TYPES:
+        counts = ({cls: count - missed.get(cls, 0) for cls, count in num_truth.items()}
+                  if kind == 'missed' else num_truth)
+        return _points(columns, (kind,), best), counts
+    cls, score, is_true = _points(columns, (), best)
     if kind == 'false_positives':
-        points = {cls: [(1.0 if is_true else 0.0, is_true) for _, is_true in values]
-                  for cls, values in points.items()}
-    else:
-        num_truth = {cls: count - collector.false_negatives.get(cls, 0)
-                     for cls, count in num_truth.items()}
-    return points, num_truth
-
-
-def _deltas(collector, class_ap):
-    """({type: dAP}, {class: {type: dAP}}), each clamped at 0 as TIDE does."""
-    ap = _mean(class_ap)
-    delta, class_delta = {}, collections.defaultdict(dict)
-    for kind in ERROR_TYPES + SPECIAL_TYPES:
-        data = (_fixed_data(collector, (kind,)) if kind in ERROR_TYPES
-                else _special(collector, kind))
-        fixed = _class_aps(*data)
-        delta[kind] = max(_mean(fixed) - ap, 0.0)
-        for cls, value in class_ap.items():
-            class_delta[cls][kind] = max(fixed.get(cls, value) - value, 0.0)
-    return delta, dict(class_delta)
+        return (cls, is_true.astype(np.float64), is_true), num_truth
+    return (cls, score, is_true), {cls_: count - false_negatives.get(cls_, 0)
+                                   for cls_, count in num_truth.items()}
 
 
 def analyse(truths, detections, pos=FOREGROUND_IOU, bg=BACKGROUND_IOU, max_dets=MAX_DETS):
@@ -305,15 +285,53 @@ def analyse(truths, detections, pos=FOREGROUND_IOU, bg=BACKGROUND_IOU, max_dets=
     if len(truths) != len(detections):
         raise ValueError(f'{len(truths)} ground-truth images but {len(detections)} '
                          'detection images')
-    collector = _Collector()
-    images = [_image(collector, index, truth, dets, pos, bg, max_dets)
-              for index, (truth, dets) in enumerate(zip(truths, detections))]
-    class_ap = _class_aps(*_original_data(collector))
-    delta, class_delta = _deltas(collector, class_ap)
-    counts = {kind: 0 for kind in ERROR_TYPES}
-    class_counts = collections.defaultdict(lambda: {kind: 0 for kind in ERROR_TYPES})
-    for error in collector.errors:
-        counts[error.kind] += 1
-        class_counts[error.cls][error.kind] += 1
-    return Analysis(_mean(class_ap), class_ap, delta, class_delta, counts,
-                    {cls: class_counts[cls] for cls in sorted(class_ap)}, images)
+    images, parts, truth_classes, truth_codes, first_key = [], [], [], [], 0
+    for truth, dets in zip(truths, detections):
+        outcome, part, classes, codes = _image(truth, dets, pos, bg, max_dets, first_key)
+        first_key += int((~truth.crowd).sum())
+        images.append(outcome)
+        parts.append(part)
+        truth_classes.append(classes)
+        truth_codes.append(codes)
+    columns = _Columns(*(np.concatenate([part[i] for part in parts] + [np.zeros(0, dtype)])
+                         for i, dtype in enumerate((np.int64, np.float64, np.int64, np.int64,
+                                                    np.int64, np.int64))))
+    truth_classes = np.concatenate(truth_classes + [np.zeros(0, np.int64)])
+    truth_codes = np.concatenate(truth_codes + [np.zeros(0, np.int64)])
+    return _summarise(columns, truth_classes, truth_codes, images)
+
+
+def _per_class_counts(values):
+    unique, counts = np.unique(values, return_counts=True)
+    return dict(zip(unique.tolist(), counts.tolist()))
+
+
+def _summarise(columns, truth_classes, truth_codes, images):
+    """The Analysis of all images' columns and truths."""
+    num_truth = _per_class_counts(truth_classes)
+    missed = _per_class_counts(truth_classes[truth_codes == 2])
+    false_negatives = _per_class_counts(truth_classes[truth_codes != 0])
+    in_ap = columns.kind != 1
+    classes = sorted(set(num_truth) | set(columns.cls[in_ap].tolist()))
+    for cls in classes:
+        num_truth.setdefault(cls, 0)
+    class_ap = _class_aps((columns.cls[in_ap], columns.score[in_ap], columns.kind[in_ap] == 0),
+                          num_truth, classes)
+    ap = _mean(class_ap)
+    best = _best_per_truth(columns)
+    delta, class_delta = {}, {cls: {} for cls in class_ap}
+    for kind in ERROR_TYPES + SPECIAL_TYPES:
+        fixed = _class_aps(*_variant(columns, best, num_truth, missed, false_negatives, kind),
+                           classes)
+        delta[kind] = max(_mean(fixed) - ap, 0.0)  # TIDE clamps negative ones (binning).
+        for cls, value in class_ap.items():
+            class_delta[cls][kind] = max(fixed.get(cls, value) - value, 0.0)
+    error_rows = columns.kind != 0
+    missed_classes = truth_classes[truth_codes == 2]
+    kinds = np.r_[columns.error_kind[error_rows],
+                  np.full(len(missed_classes), _KINDS.index('missed'))]
+    owners = np.r_[columns.cls[error_rows], missed_classes]
+    counts = {kind: int(np.sum(kinds == _KINDS.index(kind))) for kind in ERROR_TYPES}
+    class_counts = {cls: {kind: int(np.sum((kinds == _KINDS.index(kind)) & (owners == cls)))
+                          for kind in ERROR_TYPES} for cls in sorted(class_ap)}
+    return Analysis(ap, class_ap, delta, class_delta, counts, class_counts, images)

@@ -66,13 +66,16 @@ def read_images(file_pattern: str, image_ids: Iterable[int]) -> Dict[int, bytes]
 
 def check_against_json(identities: List[Identity], json_images: Iterable[dict],
                        file_pattern: str, json_path: str) -> None:
-    """Raises SplitMismatchError naming the first record whose image id is in the JSON with
-    another file name or size (ids missing from the JSON are coco_metric's error)."""
+    """Raises SplitMismatchError naming the first record whose image id is not in the JSON,
+    or is there with another file name or size."""
     by_id = {image['id']: image for image in json_images}
     for index, record in enumerate(identities):
         image = by_id.get(record.image_id)
         if image is None:
-            continue
+            raise SplitMismatchError(
+                f'image id {record.image_id} ({record.file_name!r}, record {index} of '
+                f'{file_pattern}) is not in --val_json_file={json_path}: pass the JSON the '
+                f'records were made from')
         json_name = str(image.get('file_name', ''))
         same_name = (not record.file_name or not json_name or
                      record.file_name.split('/')[-1] == json_name.split('/')[-1])

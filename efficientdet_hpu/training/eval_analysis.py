@@ -79,8 +79,10 @@ def _with_sizes(dataset, options):
 
 
 def _write_inputs(eval_dir, scored, options, dataset):
+    keys = ('image_id', 'category_id', 'bbox', 'score')  # loadRes adds more to these dicts.
     atomic_file.write_json_atomically(os.path.join(eval_dir, DETECTIONS_FILE),
-                                      scored['results'], indent=None)
+                                      [{key: result[key] for key in keys}
+                                       for result in scored['results']], indent=None)
     truth = options.val_json_file
     if not truth:
         truth = GROUNDTRUTH_FILE

@@ -1,16 +1,14 @@
 """pycocotools against faster-coco-eval on one COCO-size detection set: the same 12 numbers?
-how long does each take?
-
-    python -m efficientdet_hpu.benchmarks.coco_eval_bench --images=5000
+how long does each take? (`python bench.py coco_eval --images=5000`)
 
 Generates (fixed seed) `images` images of 640x480 with 7 ground-truth boxes each over 80
 classes and `detections` detections each: 60% jittered copies of a truth (class kept 80% of
 the time), the rest random boxes, scores uniform. Times evaluate + accumulate + summarize of
 each library on the same in-memory data, single process, and prints the 12 stats of both.
 """
-import argparse
 import contextlib
 import io
+import logging
 import time
 import types
 
@@ -69,6 +67,7 @@ def measure(images, detections):
     measured = {'pycocotools': _evaluate(coco, cocoeval, dataset, results)}
     try:
         import faster_coco_eval  # pylint: disable=import-outside-toplevel
+        logging.getLogger('faster_coco_eval').setLevel(logging.WARNING)
     except ImportError:
         measured['faster_coco_eval'] = None
         return measured
@@ -79,22 +78,24 @@ def measure(images, detections):
     return measured
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--images', type=int, default=5000)
-    parser.add_argument('--detections', type=int, default=100)
-    args = parser.parse_args()
-    measured = measure(args.images, args.detections)
+COLUMNS = (('evaluator', 'evaluator', '%s'), ('seconds', 'seconds', '%.1f'),
+           ('AP', 'AP', '%.4f'), ('AP50', 'AP50', '%.4f'), ('ARmax100', 'ARmax100', '%.4f'),
+           ('max |diff| of 12', 'max_diff', '%.1e'))
+STAT_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
+              'ARmax1', 'ARmax10', 'ARmax100', 'ARs', 'ARm', 'ARl')
+
+
+def rows(measured):
+    """Table rows: per evaluator its time, the 12 stats and their largest difference from
+    pycocotools'."""
     reference = measured['pycocotools'][0]
+    table = []
     for name, value in measured.items():
         if value is None:
-            print('%-17s not installed' % name)
             continue
         stats, seconds = value
-        print('%-17s %6.1f s  stats %s  max |diff| %.1e' % (
-            name, seconds, ' '.join('%.4f' % s for s in stats),
-            float(np.max(np.abs(stats - reference)))))
-
-
-if __name__ == '__main__':
-    main()
+        row = {'evaluator': name, 'seconds': seconds,
+               'max_diff': float(np.max(np.abs(stats - reference)))}
+        row.update(zip(STAT_NAMES, stats.tolist()))
+        table.append(row)
+    return table

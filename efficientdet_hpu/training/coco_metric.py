@@ -15,6 +15,7 @@ result and metric. COCO JSON boxes are [x, y, width, height]; conversion happens
 
 import contextlib
 import io
+import logging
 import math
 import os
 
@@ -26,6 +27,8 @@ from efficientdet_hpu.core import atomic_file
 
 try:
     from faster_coco_eval import COCOeval_faster
+    # It logs its own copy of the table; format_table prints ours.
+    logging.getLogger('faster_coco_eval').setLevel(logging.WARNING)
 except ImportError:  # Not installed: pycocotools scores alone, only slower.
     COCOeval_faster = None
 

@@ -17,7 +17,7 @@ before it (tests/test_layout.py checks it, and that no modules import in a cycle
   benchmarks  training, inference and input benchmarks, profiles
   launch      the launcher's library: hosts, MPI environment, placement, HCL config
   cli         the entry points (main, demo_efficientdet, inference, bench, model_inspect,
-              plot_curves)
+              plot_curves, analyze)
 
 Installed (`pip install .`), this package is the only top-level name; the checkout's root also
 keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,

@@ -11,21 +11,13 @@ import pytest
 from PIL import Image
 
 from cli_runs import assert_one_line_error, run_main, run_python, tiny_flags
+from test_tide_errors import image as _image
 from efficientdet_hpu.analysis import confusion
 from efficientdet_hpu.analysis import report
 from efficientdet_hpu.analysis import tide
 from efficientdet_hpu.data import record_index
 
 CAT, DOG, BIRD = 1, 2, 3
-
-
-def _image(truth, dets):
-    return (tide.ImageTruth(np.array([t[0] for t in truth], float).reshape(-1, 4),
-                            np.array([t[1] for t in truth], np.int64),
-                            np.array([t[2] for t in truth], bool)),
-            tide.ImageDetections(np.array([d[0] for d in dets], float).reshape(-1, 4),
-                                 np.array([d[1] for d in dets], np.int64),
-                                 np.array([d[2] for d in dets], float)))
 
 
 def test_confusion_matrix_on_a_hand_made_case():

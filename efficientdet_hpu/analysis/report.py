@@ -25,14 +25,21 @@ SCORE_THRESHOLD = 0.3  # Confusion matrix and drawings: the boxes a deployment w
 WORST_COUNT = 8
 
 
-def per_image(dataset, results, image_ids):
+def per_image(dataset, results, image_ids, categories):
     """([tide.ImageTruth], [tide.ImageDetections]) in `image_ids` order from a COCO instances
-    dict and a COCO results list (bbox [x, y, w, h] pixels)."""
+    dict and a COCO results list (bbox [x, y, w, h] pixels). Boxes of other categories than
+    `categories` are left out, as COCOeval leaves out categories it does not evaluate (automl's
+    90-class head predicts ids the data set does not have)."""
+    categories = set(categories)
     truth_rows, det_rows = collections.defaultdict(list), collections.defaultdict(list)
     for annotation in dataset['annotations']:
+        if annotation['category_id'] not in categories:
+            continue
         truth_rows[annotation['image_id']].append(
             list(annotation['bbox']) + [annotation['category_id'], annotation.get('iscrowd', 0)])
     for result in results:
+        if result['category_id'] not in categories:
+            continue
         det_rows[result['image_id']].append(
             list(result['bbox']) + [result['category_id'], result['score']])
     truths, detections = [], []
@@ -69,7 +76,7 @@ def _class_rows(result, names):
 def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCORE_THRESHOLD):
     """(report dict, truths, detections, tide.Analysis). names: {category id: name};
     setup: anchor_coverage.AnchorSetup for sizes in network pixels (None: no size table)."""
-    truths, detections = per_image(dataset, results, image_ids)
+    truths, detections = per_image(dataset, results, image_ids, names)
     result = tide.analyse(truths, detections)
     categories = sorted(names)
     matrix = confusion.confusion_matrix(truths, detections, categories,

@@ -102,7 +102,7 @@ def test_eval_of_a_finished_training_scores_its_last_checkpoint_analyses_and_exi
     result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=eval', '--num_epochs=50',
                                  '--eval_timeout=3000'), timeout=600)
     assert result.returncode == 0, result.stdout[-5000:]
-    assert 'evaluated the final step 2 of the training; stopping' in result.stdout
+    assert 'evaluated the final step 2; stopping' in result.stdout
     assert 'error analysis (TIDE, AP50' in result.stdout
     eval_dir = os.path.join(model_dir, 'eval')
     files = os.listdir(os.path.join(eval_dir, 'analysis'))

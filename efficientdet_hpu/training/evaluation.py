@@ -228,5 +228,5 @@ def evaluate_continuously(run):
             return
         evaluate_checkpoint(run, checkpoint)
         if checkpoints.checkpoint_step(checkpoint) >= final_step:
-            logging.info('evaluated the final step %d of the training; stopping', final_step)
+            logging.info('evaluated the final step %d; stopping', final_step)
             return

@@ -2,6 +2,7 @@
 files, and end to end on the tiny run: `--mode=eval` on a finished training evaluates its last
 checkpoint and exits, writes the analysis and the detections, the offline command rereads them,
 and records checked against another split's JSON stop before scoring."""
+import glob
 import json
 import os
 import shutil
@@ -14,7 +15,6 @@ from cli_runs import assert_one_line_error, run_main, run_python, tiny_flags
 from test_tide_errors import image as _image
 from efficientdet_hpu.analysis import confusion
 from efficientdet_hpu.analysis import report
-from efficientdet_hpu.analysis import tide
 from efficientdet_hpu.data import record_index
 
 CAT, DOG, BIRD = 1, 2, 3
@@ -107,6 +107,12 @@ def test_eval_of_a_finished_training_scores_its_last_checkpoint_analyses_and_exi
     eval_dir = os.path.join(model_dir, 'eval')
     files = os.listdir(os.path.join(eval_dir, 'analysis'))
     assert {'analysis.json', 'analysis.txt', 'confusion.png'} <= set(files)
+    assert any(name.startswith('worst-01-') for name in files), files  # Drawn from the records.
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel  (slow tests only)
+    tags = {value.tag for path in glob.glob(os.path.join(eval_dir, 'events.out.*'))
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for value in event.summary.value}
+    assert any(tag.startswith('eval_worst/worst-01-') for tag in tags), tags
     analysis = json.load(open(os.path.join(eval_dir, 'analysis', 'analysis.json')))
     assert analysis['step'] == 2 and analysis['images'] == 8
     assert [row['bin'] for row in analysis['sizes']][0] == '0-16 px'

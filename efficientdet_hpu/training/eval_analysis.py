@@ -13,7 +13,6 @@ import io
 import os
 import time
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 from PIL import Image

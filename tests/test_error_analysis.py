@@ -69,7 +69,10 @@ def _coco_case():
 def test_report_names_the_dominant_errors_and_writes_its_files(tmp_path):
     dataset, results = _coco_case()
     names = {CAT: 'cat', DOG: 'dog'}
-    built, truths, detections, result = report.analyse(dataset, results, [1, 2], names)
+    # Best F1 at IoU 0.5 (3 truths; by score TP, FP, FP): 2/4 after the first, 2/5, 2/6.
+    assert report.analyse(dataset, results, [1, 2], names)[0]['score_threshold'] == 0.9
+    built, truths, detections, result = report.analyse(dataset, results, [1, 2], names,
+                                                       score_threshold=0.3)
     assert built['errors']['classification']['count'] == 1
     assert built['errors']['background']['count'] == 1
     assert built['errors']['missed']['count'] == 1

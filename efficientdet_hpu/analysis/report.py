@@ -21,7 +21,7 @@ from efficientdet_hpu.analysis import worst_images
 from efficientdet_hpu.core import atomic_file
 
 ANALYSIS_DIR = 'analysis'
-SCORE_THRESHOLD = 0.3  # Confusion matrix and drawings: the boxes a deployment would keep.
+SCORE_THRESHOLD = None  # Confusion matrix and drawings: None = the best-F1 score (f1_threshold).
 WORST_COUNT = 8
 
 
@@ -53,6 +53,26 @@ def per_image(dataset, results, image_ids, categories):
     return truths, detections
 
 
+def f1_threshold(result, detections, truths):
+    """The score at which keeping the detections scoring at least it gives the best F1 at
+    IoU 0.5 (TIDE's matching, all classes together): the operating point a deployment would
+    pick, so the confusion matrix and the drawings show what it would show. 1.0 without
+    detections."""
+    scores, is_true = [], []
+    for outcome, dets in zip(result.images, detections):
+        kept = [kind != 'ignored' for kind in outcome.det_kind]
+        scores.append(dets.scores[outcome.det_order][kept])
+        is_true.append(np.array([kind == 'tp' for kind in outcome.det_kind], bool)[kept])
+    scores = np.concatenate(scores + [np.zeros(0)])
+    if not len(scores):
+        return 1.0
+    order = np.argsort(-scores, kind='stable')
+    true_positives = np.cumsum(np.concatenate(is_true + [np.zeros(0, bool)])[order])
+    num_truth = max(sum(int((~truth.crowd).sum()) for truth in truths), 1)
+    f1 = 2 * true_positives / (np.arange(1, len(order) + 1) + num_truth)
+    return float(scores[order][int(np.argmax(f1))])
+
+
 def _image_sizes(dataset, image_ids):
     """int64 [M, 2] (height, width) of the images, or None when the dict lacks them."""
     by_id = {image['id']: image for image in dataset['images']}
@@ -75,9 +95,13 @@ def _class_rows(result, names):
 
 def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCORE_THRESHOLD):
     """(report dict, truths, detections, tide.Analysis). names: {category id: name};
-    setup: anchor_coverage.AnchorSetup for sizes in network pixels (None: no size table)."""
+    setup: anchor_coverage.AnchorSetup for sizes in network pixels (None: no size table);
+    score_threshold: for the confusion matrix and drawings, None for f1_threshold."""
     truths, detections = per_image(dataset, results, image_ids, names)
     result = tide.analyse(truths, detections)
+    threshold_rule = 'given'
+    if score_threshold is None:
+        score_threshold, threshold_rule = f1_threshold(result, detections, truths), 'best F1'
     categories = sorted(names)
     matrix = confusion.confusion_matrix(truths, detections, categories,
                                         score_threshold=score_threshold)
@@ -92,6 +116,7 @@ def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCOR
                   default=None)
     report = {
         'images': len(image_ids), 'ap50': result.ap, 'score_threshold': score_threshold,
+        'score_threshold_rule': threshold_rule,
         'errors': {kind: {'dap': result.delta[kind], 'count': result.counts[kind]}
                    for kind in tide.ERROR_TYPES},
         'special': {kind: result.delta[kind] for kind in tide.SPECIAL_TYPES},
@@ -131,8 +156,8 @@ def full_text(report):
         lines.append('%-*s %6.3f ' % (width, row['class'], row['ap50']) +
                      ' '.join('%5.1f' % (100 * row['dap'][kind]) for kind in tide.ERROR_TYPES) +
                      '  ' + row['dominant_error'])
-    lines += ['', 'Confusion matrix at IoU 0.5, detections scoring >= %.2f' %
-              report['score_threshold'],
+    lines += ['', 'Confusion matrix at IoU 0.5, detections scoring >= %.3f (%s)' % (
+              report['score_threshold'], report['score_threshold_rule']),
               confusion.format_table(np.array(report['confusion']['matrix']),
                                      report['confusion']['classes'])]
     if report['sizes']:
@@ -174,7 +199,7 @@ def write(directory, report, pictures):
     os.makedirs(staging)
     matrix = np.array(report['confusion']['matrix'])
     files = {'confusion.png': confusion.plot_png(
-        matrix, report['confusion']['classes'], 'Confusion at IoU 0.5, score >= %.2f'
+        matrix, report['confusion']['classes'], 'Confusion at IoU 0.5, score >= %.3f'
         % report['score_threshold'])}
     files.update((name, worst_images.png_bytes(image)) for name, image in pictures)
     for name, data in files.items():

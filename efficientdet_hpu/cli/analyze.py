@@ -107,8 +107,9 @@ def entry_point():
     flags.DEFINE_string('image_dir', None, 'Images (JSON file_name) to draw the worst ones.')
     flags.DEFINE_string('output_dir', None, 'Report directory (default: '
                         'model_dir/eval/analysis).')
-    flags.DEFINE_float('score_threshold', analysis_report.SCORE_THRESHOLD,
-                       'Detections drawn and counted in the confusion matrix score at least this.')
+    flags.DEFINE_float('score_threshold', None,
+                       'Detections drawn and counted in the confusion matrix score at least '
+                       'this (default: the score of the best F1 at IoU 0.5).')
     flags.DEFINE_integer('worst', analysis_report.WORST_COUNT, 'Worst images to draw.')
     flags.DEFINE_bool('verbose', False, 'Tracebacks with errors.')
     app.run(main)

@@ -8,6 +8,7 @@ before it (tests/test_layout.py checks it, and that no modules import in a cycle
   config      the D0-D7x table and defaults, recipes, run options, automl's and Habana's keys
   runtime     devices, Horovod ranks and collectives, Habana settings, rank-tagged logging
   data        the record format and its checks, label maps, COCO annotations, input pipeline
+  analysis    why the AP is what it is: TIDE error types, confusions, sizes, worst images
   backbone    EfficientNet
   network     BiFPN topology, EfficientDet
   training    the Estimator model_fn, set-up, loops, hooks, checkpoints, COCO evaluation
@@ -16,11 +17,11 @@ before it (tests/test_layout.py checks it, and that no modules import in a cycle
   benchmarks  training, inference and input benchmarks, profiles
   launch      the launcher's library: hosts, MPI environment, placement, HCL config
   cli         the entry points (main, demo_efficientdet, inference, bench, model_inspect,
-              plot_curves)
+              plot_curves, analyze)
 
 Installed (`pip install .`), this package is the only top-level name; the checkout's root also
 keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,
 dataset/, ...) as thin modules over it (core/compat.py).
 """
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'backbone', 'network', 'training', 'serving',
-          'datatools', 'benchmarks', 'launch', 'cli')
+LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
+          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')

@@ -16,8 +16,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = 'efficientdet_hpu'
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'backbone', 'network', 'training', 'serving',
-          'datatools', 'benchmarks', 'launch', 'cli')
+LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
+          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
 ROOT_MODULES = {'main', 'demo_efficientdet', 'inference', 'bench', 'model_inspect',
                 'efficientdet_arch', 'dataloader', 'det_model_fn', 'hparams_config', 'anchors',
                 'coco_metric'}
@@ -238,7 +238,7 @@ def test_entry_points_import_together_without_flag_clashes():
     """Importing entry points defines no flags (each defines its own when it runs), so one
     process can import them all, e.g. a notebook or a test."""
     code = ('import main, inference, bench, model_inspect, demo_efficientdet\n'
-            'from efficientdet_hpu.cli import plot_curves\n'
+            'from efficientdet_hpu.cli import plot_curves, analyze\n'
             'from efficientdet_hpu.benchmarks import profile_summary\n'
             'from efficientdet_hpu.datatools import create_coco_tfrecord, doctor\n'
             'from absl import flags\n'

@@ -10,10 +10,13 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
     python bench.py input --file_pattern='data/train-*.tfrecord' --batch_size=4 \
         --num_batches=50 [--is_training]
     python bench.py suite --output=docs/benchmarks-$(hostname).md     (what `make bench` runs)
+    python bench.py coco_eval --images=5000 --detections=100
 
 train: `main.py --benchmark` per batch size in a subprocess (benchmarks/train_bench.py):
 images/s per rank and global over the steps after warm-up, time per step, peak host memory.
 infer: benchmarks/infer_bench.py. input: the tf.data pipeline alone (benchmarks/input_bench.py).
+coco_eval: pycocotools and faster-coco-eval on one generated COCO-size detection set
+(benchmarks/coco_eval_bench.py).
 """
 import os
 
@@ -63,6 +66,9 @@ def define_flags():
                       'with AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
     flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines, and tracebacks with "
                       'error messages.')
+    flags.DEFINE_integer('images', 5000, 'coco_eval: images of the generated set.',
+                         lower_bound=1)
+    flags.DEFINE_integer('detections', 100, 'coco_eval: detections per image.', lower_bound=1)
     flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
                       'numbers).')
 
@@ -182,7 +188,15 @@ def cmd_suite():
     suite.run_suite(FLAGS.output, quick=FLAGS.quick)
 
 
-COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite}
+def cmd_coco_eval():
+    from efficientdet_hpu.benchmarks import coco_eval_bench  # pylint: disable=import-outside-toplevel
+    rows = coco_eval_bench.rows(coco_eval_bench.measure(FLAGS.images, FLAGS.detections))
+    emit({'bench': 'coco_eval', 'images': FLAGS.images, 'detections': FLAGS.detections,
+          'rows': rows}, rows, coco_eval_bench.COLUMNS)
+
+
+COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite,
+            'coco_eval': cmd_coco_eval}
 
 
 def main(argv):

@@ -1,4 +1,6 @@
-"""COCO box evaluation of detection rows with pycocotools.
+"""COCO box evaluation of detection rows: faster-coco-eval's COCOeval (C++ evaluate and
+accumulate, the same 12 numbers as pycocotools', docs/evaluation.md has the timing) when it is
+installed, else pycocotools' own; pycocotools is the referee in tests/test_coco_metric.py.
 
 Plain Python/numpy: no flags, no Horovod. In distributed evaluation the caller gathers the
 per-rank arrays and calls `update_state` on rank 0 only.
@@ -13,6 +15,7 @@ result and metric. COCO JSON boxes are [x, y, width, height]; conversion happens
 
 import contextlib
 import io
+import logging
 import math
 import os
 
@@ -21,6 +24,18 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from efficientdet_hpu.core import atomic_file
+
+try:
+    from faster_coco_eval import COCOeval_faster
+    # It logs its own copy of the table; format_table prints ours.
+    logging.getLogger('faster_coco_eval').setLevel(logging.WARNING)
+except ImportError:  # Not installed: pycocotools scores alone, only slower.
+    COCOeval_faster = None
+
+EVALUATORS = {'pycocotools': COCOeval}
+if COCOeval_faster is not None:
+    EVALUATORS['faster_coco_eval'] = COCOeval_faster
+DEFAULT_EVALUATOR = 'faster_coco_eval' if COCOeval_faster is not None else 'pycocotools'
 
 # Order and meaning of COCOeval.stats.
 METRIC_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
@@ -62,14 +77,19 @@ class EvaluationMetric:
     """
 
     def __init__(self, val_json_file=None, label_map=None, testdev_dir=None,
-                 class_names=None, testdev_name='efficientdet'):
+                 class_names=None, testdev_name='efficientdet', evaluator=None):
         """Args:
           val_json_file: COCO instances JSON path, or None to use `groundtruth_data`.
           label_map: dict {label (int 1..N): category_id (int)}, or None for identity.
           testdev_dir: directory for the test-dev results file, or None to evaluate.
           class_names: dict {label: name} for per-class keys, or None (JSON names, else ids).
           testdev_name: the <name> part of the test-dev results file name.
+          evaluator: a name of EVALUATORS, or None for DEFAULT_EVALUATOR.
         """
+        self.evaluator = evaluator or DEFAULT_EVALUATOR
+        if self.evaluator not in EVALUATORS:
+            raise ValueError(f'evaluator {self.evaluator!r} is not installed; one of '
+                             f'{sorted(EVALUATORS)}')
         self.val_json_file = val_json_file
         self.label_map = ({int(k): int(v) for k, v in label_map.items()}
                           if label_map is not None else None)
@@ -78,6 +98,7 @@ class EvaluationMetric:
         self.testdev_dir = testdev_dir
         self.testdev_name = testdev_name
         self._json_gt = None  # COCO of val_json_file, loaded once on first evaluate().
+        self.scored = None  # evaluate()'s inputs as COCO data, see there.
         self.reset_states()
 
     def reset_states(self):
@@ -135,8 +156,11 @@ class EvaluationMetric:
             coco_gt, category_ids = self._groundtruth_from_json(image_ids)
         else:
             coco_gt, category_ids = self._groundtruth_from_arrays(image_ids)
+        # What the error analysis (analysis/report.py) reads: the scored inputs as COCO data.
+        self.scored = {'dataset': coco_gt.dataset, 'results': results, 'image_ids': image_ids,
+                       'names': {c: self._category_name(c, coco_gt) for c in category_ids}}
         coco_eval = _run_cocoeval(coco_gt, _load_results(coco_gt, results),
-                                  image_ids, category_ids)
+                                  image_ids, category_ids, EVALUATORS[self.evaluator])
         metrics = {name: float(value) for name, value in zip(METRIC_NAMES, coco_eval.stats)}
         for category_id in self._report_order(category_ids):
             name = self._category_name(category_id, coco_gt)
@@ -266,9 +290,10 @@ def _load_results(coco_gt, results):
                                'annotations': []})
 
 
-def _run_cocoeval(coco_gt, coco_dt, image_ids, category_ids):
-    """Runs COCOeval bbox on the given images and categories; returns it summarized."""
-    coco_eval = COCOeval(coco_gt, coco_dt, iouType='bbox')
+def _run_cocoeval(coco_gt, coco_dt, image_ids, category_ids, evaluator=COCOeval):
+    """Runs `evaluator` (a COCOeval class) bbox on the given images and categories; returns
+    it summarized."""
+    coco_eval = evaluator(coco_gt, coco_dt, iouType='bbox')
     coco_eval.params.imgIds = list(image_ids)
     coco_eval.params.catIds = list(category_ids)
     with _quiet():

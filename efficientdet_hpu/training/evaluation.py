@@ -23,6 +23,7 @@ from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import coco_metric
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import det_model_fn
+from efficientdet_hpu.training import eval_analysis
 from efficientdet_hpu.training import run_log
 
 tf1 = tf.compat.v1
@@ -122,6 +123,7 @@ def evaluate_checkpoint(run, checkpoint):
     Raises CheckpointError naming a damaged checkpoint."""
     step = checkpoints.checkpoint_step(checkpoint)
     _check_intact(checkpoint)
+    eval_analysis.check_split(run)
     logging.info('evaluating %s (step %d)', os.path.basename(checkpoint), step)
     shard = _predict_unless_removed(run, checkpoint)
     if any(lost for lost in distributed.allgather_numpy(shard is None)):
@@ -139,6 +141,7 @@ def evaluate_checkpoint(run, checkpoint):
         metrics = metric.evaluate()
         if metrics:
             _report(run, checkpoint, step, metrics, len(image_ids))
+            eval_analysis.analyse_safely(run, metric.scored, step)
         else:
             logging.info('test-dev detections written to %s', run.options.testdev_dir)
     return distributed.broadcast_object(metrics)
@@ -217,13 +220,23 @@ def _next_checkpoint(run, iterator):
     return distributed.broadcast_object(checkpoint)
 
 
+def _final_step(run):
+    """The training's last step as its run files record it (train_log.jsonl), else this
+    run's own total_steps: `--mode=eval` stops there whatever its own epoch flags say."""
+    final = run_log.training_final_step(run.options.model_dir) if distributed.is_main() else None
+    final = distributed.broadcast_object(final)
+    return final if final else run.total_steps
+
+
 def evaluate_continuously(run):
-    """Evaluates each new checkpoint until the final step, or eval_timeout without one."""
+    """Evaluates each new checkpoint until the training's final step (a finished training:
+    its last checkpoint, then exit), or eval_timeout without a new one."""
     options = run.options
     newest = (checkpoint_integrity.listed_checkpoints(options.model_dir)[:1]
               if distributed.is_main() else None)
     for checkpoint in distributed.broadcast_object(newest):
         _check_intact(checkpoint)  # TensorFlow would wait forever for one without an index.
+    final_step = _final_step(run)
     iterator = None
     if distributed.is_main():
         iterator = tf1.train.checkpoints_iterator(
@@ -236,6 +249,6 @@ def evaluate_continuously(run):
                          options.eval_timeout)
             return
         evaluate_checkpoint(run, checkpoint)
-        if checkpoints.checkpoint_step(checkpoint) >= run.total_steps:
-            logging.info('evaluated the final step %d; stopping', run.total_steps)
+        if checkpoints.checkpoint_step(checkpoint) >= final_step:
+            logging.info('evaluated the final step %d; stopping', final_step)
             return

@@ -70,7 +70,7 @@ class TrainLogHook(tf1.train.SessionRunHook):
         self._logged_time, self._logged_step = now, step
         record = dict(zip(det_model_fn.TRAIN_LOG_KEYS, (float(v) for v in scalars)))
         current, peak = run_log.host_memory_mb()
-        record.update(event='train', step=int(step), time=now,
+        record.update(event='train', step=int(step), time=now, total_steps=self._total_steps,
                       images_per_sec=steps_per_sec * self._global_batch,
                       eta_sec=(self._total_steps - step) / max(steps_per_sec, 1e-9),
                       host_memory_mb=current, peak_host_memory_mb=peak)

@@ -35,6 +35,16 @@ def read_json_log(model_dir):
     return records
 
 
+def training_final_step(model_dir):
+    """The final step the latest training in model_dir ran towards (its last 'train' record's
+    total_steps in the JSON log), or None when the log has none."""
+    final = None
+    for record in read_json_log(model_dir):
+        if record.get('event') == 'train' and record.get('total_steps'):
+            final = int(record['total_steps'])
+    return final
+
+
 def host_memory_mb():
     """(current RSS, peak RSS) of this process in MiB."""
     with open('/proc/self/statm') as f:

@@ -9,6 +9,8 @@ frozen, heads trained); `efficientnet` alone freezes the backbone (docs/training
 """
 import re
 
+from absl import logging
+
 from efficientdet_hpu.core.cli import UserError
 
 
@@ -39,4 +41,6 @@ def trainable(variables, expression):
         raise FreezeError('var_freeze_expr=%r matches all %d trainable variables, so nothing '
                           'would train; narrow it (e.g. efficientnet for the backbone only)'
                           % (expression, len(variables)))
+    logging.info('var_freeze_expr=%r: %d of %d trainable variables frozen', expression,
+                 len(variables) - len(kept), len(variables))
     return kept

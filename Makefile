@@ -8,7 +8,7 @@ DATA_DIR ?= data/synthetic
 # single-threaded graph build in a subprocess, so two workers use both cores of a 2-core box.
 TEST_WORKERS ?= 2
 
-.PHONY: venv test test-fast demo bench clean-demo
+.PHONY: venv test test-fast demo bench clean-demo trees-data trees
 
 venv:
 	@bash tools/setup_env.sh
@@ -28,3 +28,12 @@ bench: venv
 
 clean-demo:
 	rm -rf $(DEMO_DIR) $(DATA_DIR)
+
+# The aerial-tree experiment (docs/trees.md): `make trees-data` fetches deepforest's photos and
+# the Lite0 ImageNet weights and builds the tiled dataset (about a minute); `make trees` also
+# fine-tunes Lite0 from ImageNet and from random weights and scores both on the held-out photo.
+trees-data: venv
+	@bash tools/trees.sh data
+
+trees: venv
+	@bash tools/trees.sh all

@@ -211,3 +211,31 @@ def test_ema_shadows_and_update_equal_tensorflows_exponential_moving_average(tmp
         for got_value, expected_value in zip(got, expected):
             np.testing.assert_array_equal(got_value, expected_value)
     assert not np.array_equal(ours[0][0], ours[-1][0])  # The shadows did move.
+
+
+@pytest.mark.slow  # Trains: 2 steps of the tiny model in this process.
+def test_var_freeze_expr_keeps_the_backbone_still_while_the_rest_trains(tiny_dataset):
+    params = dict(_tiny_params(), var_freeze_expr='efficientnet', num_classes=4)  # The labels.
+    with tf.Graph().as_default():
+        tf1.set_random_seed(1)
+        reader = dataloader.InputReader(tiny_dataset['train_pattern'], is_training=True,
+                                        deterministic=True, seed=3)
+        features, labels = tf1.data.make_one_shot_iterator(reader(params)).get_next()
+        spec = det_model_fn.model_fn(features, labels, tf1.estimator.ModeKeys.TRAIN, params)
+        trainable = tf1.trainable_variables()
+        frozen = [v for v in trainable if v.name.startswith('efficientnet')]
+        assert frozen and len(frozen) < len(trainable)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            before = session.run(trainable)
+            for _ in range(2):
+                session.run(spec.train_op)
+            after = session.run(trainable)
+    moved = {v.name for v, b, a in zip(trainable, before, after) if not np.array_equal(b, a)}
+    assert not moved & {v.name for v in frozen}
+    # Most of the rest moves in two steps (a few batch-norm offsets and fusion weights whose
+    # gradient is zero on this batch may not).
+    others = {v.name for v in trainable} - {v.name for v in frozen}
+    assert len(moved) >= 0.8 * len(others), sorted(others - moved)
+    for head in ('class_net/class-predict/', 'box_net/box-predict/'):
+        assert any(name.startswith(head) for name in moved), head

@@ -32,7 +32,7 @@ _SAME = (
     'gamma', 'delta', 'box_loss_weight', 'label_smoothing', 'iou_loss_weight', 'momentum',
     'learning_rate', 'lr_warmup_init', 'lr_warmup_epoch', 'first_lr_drop_epoch',
     'second_lr_drop_epoch', 'clip_gradients_norm', 'weight_decay', 'moving_average_decay',
-    'num_epochs', 'mixed_precision')
+    'num_epochs', 'mixed_precision', 'var_freeze_expr')
 # Training-only automl keys whose values this project does not offer: dropped with a note.
 _TRAINING_CHOICES = {'optimizer': ('sgd', 'adam'),
                      'lr_decay_method': ('cosine', 'stepwise', 'constant')}
@@ -43,7 +43,7 @@ _INERT = frozenset((
     'seg_num_classes', 'label_map', 'regenerate_source_id', 'is_training_bn', 'poly_lr_power',
     'data_format', 'scale_range', 'strategy', 'loss_scale', 'drop_remainder',
     'tflite_max_detections', 'img_summary_steps', 'ckpt_var_scope', 'skip_mismatch',
-    'var_freeze_expr', 'use_keras_model', 'dataset_type',
+    'use_keras_model', 'dataset_type',
     'grad_checkpoint', 'verbose', 'save_freq', 'autoaugment_policy', 'heads', 'fpn_name',
     'fpn_config', 'backbone_config'))
 NMS_METHOD_ALIASES = {None: 'hard', '': 'hard'}  # automl's nms(): "method == 'hard' or not method"

@@ -87,6 +87,9 @@ _DEFAULTS = {
     'first_lr_drop_epoch': 200.0,
     'second_lr_drop_epoch': 250.0,
     'clip_gradients_norm': 10.0,
+    # A regex: trainable variables whose name re.match-es it are not trained (automl's key;
+    # training/var_freeze.py). '' or null: all are trained.
+    'var_freeze_expr': '',
     # Micro-batches of train_batch_size per rank summed into one optimizer step (the global
     # batch is ranks x train_batch_size x this); main.py's --global_batch_size derives it.
     'gradient_accumulation_steps': 1,
@@ -144,6 +147,8 @@ def _check_value(key, default, value):
         return _check_image_size(value)
     if key == 'aspect_ratios[]':
         return _check_aspect_ratio(value)
+    if key == 'var_freeze_expr' and value is None:
+        return ''  # automl writes null for "freeze nothing".
     if key in _OPTIONAL_FLOATS:
         if value is None or _is_number(value) and 0 <= value <= 1:
             return value if value is None else float(value)

@@ -28,6 +28,7 @@ from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import accumulation
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import loss_scale
+from efficientdet_hpu.training import var_freeze
 from efficientdet_hpu.training import warm_start
 
 tf1 = tf.compat.v1
@@ -194,7 +195,7 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
     overflow the dynamic loss scale absorbs (training/loss_scale.py: skip, halve, go on)."""
     global_step = tf1.train.get_or_create_global_step()
     optimizer = _optimizer(params, learning_rate)
-    variables = tf1.trainable_variables()
+    variables = var_freeze.trainable(tf1.trainable_variables(), params.config.var_freeze_expr)
     scaler = (loss_scale.DynamicLossScale() if params.run.compute_dtype == 'float16'
               else None)
     total_loss, grads = accumulation.sum_gradients(

@@ -133,7 +133,7 @@ def test_learning_rate_schedule_follows_the_global_batch(tmp_path):
     for batch, steps in ((8, None), (2, 4)):
         options = _options(tmp_path / str(batch), train_batch_size=batch,
                            gradient_accumulation_steps=steps,
-                           hparams=TINY_HPARAMS + ',lr_warmup_init=0.008')
+                           hparams=TINY_HPARAMS + ',lr_warmup_init=0.008,cosine_from_warmup_end=true')
         config = hparams_config.get_efficientdet_config().override(options.hparams)
         runs.append(run_setup.prepare(options, config, set()))
     for run in runs:

@@ -32,6 +32,27 @@ def test_warmup_then_cosine_by_hand():
     np.testing.assert_allclose(values, [0.01, 0.055] + cosine, rtol=1e-5, atol=1e-7)
 
 
+def test_cosine_from_warmup_end_by_hand():
+    values = _schedule_values([10, 55, 100, 110], base_rate=0.1, warmup_init=0.01,
+                              warmup_steps=10, total_steps=100, cosine_from_warmup_end=True)
+    # 0.05 * (1 + cos(pi * (s - 10) / 90)), held at 0 after step 100.
+    np.testing.assert_allclose(values, [0.1, 0.05, 0.0, 0.0], rtol=1e-5, atol=1e-7)
+
+
+def test_automl_cosine_that_rises_again_is_said_in_one_line():
+    config = hparams_config.get_efficientdet_config()
+    # The demo's shape: 400 warm-up steps of 1600; automl's COCO: 1 epoch of 300.
+    config.override(dict(lr_warmup_epoch=0.5))
+    line = det_model_fn.cosine_rise_warning(config, 800.0, 1600)
+    assert line.startswith("learning rate: automl's cosine (counted from step 0) reaches 0 at "
+                           'step 1200 and rises back to 25% of its peak by step 1600')
+    assert 'cosine_from_warmup_end=true' in line
+    config.override(dict(lr_warmup_epoch=1.0))
+    assert det_model_fn.cosine_rise_warning(config, 1848.2, 554470) is None
+    config.override(dict(lr_warmup_epoch=0.5, cosine_from_warmup_end=True))
+    assert det_model_fn.cosine_rise_warning(config, 800.0, 1600) is None
+
+
 def test_stepwise_schedule_by_hand():
     # automl drops at the first and second drop step themselves (step >= drop).
     values = _schedule_values([0, 3, 49, 50, 79, 80, 90], base_rate=0.1, warmup_init=0.01,

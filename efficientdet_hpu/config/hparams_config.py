@@ -84,6 +84,9 @@ _DEFAULTS = {
     'lr_warmup_init': 0.008,
     'lr_warmup_epoch': 1.0,
     'lr_decay_method': 'cosine',  # 'cosine' | 'stepwise' | 'constant'.
+    # cosine: automl's formula counts from step 0 and, past total - warm-up steps, rises again
+    # (negligible for its 1-in-300-epoch warm-up); true runs it from the warm-up's end to 0.
+    'cosine_from_warmup_end': False,
     'first_lr_drop_epoch': 200.0,
     'second_lr_drop_epoch': 250.0,
     'clip_gradients_norm': 10.0,

@@ -46,13 +46,16 @@ _L2_VARIABLE_RE = re.compile(r'.*(kernel|weights):0$')
 
 
 def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps, total_steps,
-                           decay_method='cosine', first_drop_step=0, second_drop_step=0):
+                           decay_method='cosine', first_drop_step=0, second_drop_step=0,
+                           cosine_from_warmup_end=False):
     """google/automl's schedules (its det_model_fn.py), step for step.
 
     A linear warm-up from warmup_init to base_rate over warmup_steps (none if 0), then
       cosine: 0.5 * base_rate * (1 + cos(pi * step / (total_steps - warmup_steps))), automl's
         formula: the cosine counts from step 0, not from the warm-up's end, and is not held
-        after total_steps (the paper's recipes were trained with it);
+        after total_steps (the paper's recipes were trained with it); with
+        cosine_from_warmup_end, 0.5 * base_rate * (1 + cos(pi * p)), p = (step - warmup_steps)
+        / (total_steps - warmup_steps) held in [0, 1]: from the warm-up's end down to 0;
       stepwise: base_rate, times 0.1 from first_drop_step on, 0.01 from second_drop_step on;
       constant: base_rate from step 0 (automl warms nothing up there).
 
@@ -68,7 +71,10 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     warmup_steps = int(warmup_steps)
     if decay_method == 'cosine':
         decay_span = float(max(total_steps - warmup_steps, 1))
-        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * step / decay_span))
+        progress = step / decay_span
+        if cosine_from_warmup_end:
+            progress = tf.clip_by_value((step - warmup_steps) / decay_span, 0.0, 1.0)
+        decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
     else:
         decayed = tf.constant(base_rate, tf.float32) + 0.0 * step
         for multiplier, start in ((0.1, first_drop_step), (0.01, second_drop_step)):
@@ -98,7 +104,25 @@ def learning_rate_of_run(global_step, params):
         warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
         total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
         first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
-        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch))
+        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch),
+        cosine_from_warmup_end=params.config.cosine_from_warmup_end)
+
+
+def cosine_rise_warning(config, steps_per_epoch, total_steps):
+    """One line when automl's cosine (counted from step 0) reaches 0 before the last step and
+    climbs back above 1% of its peak by the end: a warm-up that is a large part of a short run
+    (automl's 1 epoch in 300 rises by 3e-5). None otherwise."""
+    if config.lr_decay_method != 'cosine' or config.cosine_from_warmup_end:
+        return None
+    warmup = int(config.lr_warmup_epoch * steps_per_epoch)
+    span = max(total_steps - warmup, 1)
+    final = 0.5 * (1.0 + math.cos(math.pi * total_steps / span))
+    if warmup <= 0 or final < 0.01:
+        return None
+    return ('learning rate: automl\'s cosine (counted from step 0) reaches 0 at step %d and '
+            'rises back to %.0f%% of its peak by step %d, as the warm-up (%d steps) is %.0f%% of '
+            'the run; set cosine_from_warmup_end=true for a cosine from the warm-up\'s end to 0'
+            % (span, 100 * final, total_steps, warmup, 100.0 * warmup / total_steps))
 
 
 def _build_network(features, params, is_training):

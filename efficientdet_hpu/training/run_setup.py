@@ -361,6 +361,9 @@ def prepare(options, config, explicit_keys):
         accumulation_steps=accumulated)
     logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
                              steps_per_epoch, params))
+    rise = det_model_fn.cosine_rise_warning(config, steps_per_epoch, total_steps)
+    if rise and options.mode != 'eval' and distributed.is_main():
+        logging.warning(rise)
     if options.mode != 'eval' and not options.save_graph_def and distributed.is_main():
         # automl's and Habana's model_dirs have them (a plain Estimator writes them; D0: ~10 s).
         logging.info('no graph.pbtxt or .meta graph files in model_dir (--save_graph_def '

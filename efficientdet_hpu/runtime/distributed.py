@@ -10,5 +10,5 @@ from efficientdet_hpu.runtime.habana import habana_env_defaults
 from efficientdet_hpu.runtime.rank_logging import configure_logging, rank_log_prefix
 from efficientdet_hpu.runtime.ranks import (allgather_numpy, allreduce_gradients, allreduce_max,
                                             allreduce_mean, broadcast_hook, broadcast_object,
-                                            distributed_optimizer, init, is_distributed,
-                                            is_main, local_rank, local_size, rank, size)
+                                            init, is_distributed, is_main, local_rank,
+                                            local_size, rank, size)

@@ -105,11 +105,6 @@ def is_distributed() -> bool:
 
 # ----------------------------------------------------------------------------- graph ops
 
-def distributed_optimizer(optimizer):
-    """Wraps a tf.compat.v1 optimizer to average gradients over workers; unchanged if alone."""
-    return _hvd.DistributedOptimizer(optimizer, op=_hvd.Average) if is_distributed() else optimizer
-
-
 def allreduce_gradients(gradients) -> list:
     """Mean over workers of each gradient in one grouped allreduce (None kept); the list
     itself if alone. What DistributedOptimizer.compute_gradients does, callable on gradients

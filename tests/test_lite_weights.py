@@ -164,7 +164,7 @@ def test_backbone_ckpt_pth_initialises_the_backbone(tmp_path):
                                       is_training=False)
 
         class Run:
-            ckpt, backbone_ckpt = '', path
+            ckpt, backbone_ckpt, model_dir = '', path, str(tmp_path / 'fresh')
         warm_start.apply(Run)
         names = ['efficientnet-lite0/blocks_3/depthwise_conv2d/depthwise_kernel',
                  'efficientnet-lite0/stem/tpu_batch_normalization/moving_mean',
@@ -178,6 +178,26 @@ def test_backbone_ckpt_pth_initialises_the_backbone(tmp_path):
     np.testing.assert_array_equal(values[1], state['_bn0.running_mean'])
     np.testing.assert_array_equal(values[2], state['_blocks.15._project_conv.weight']
                                   .transpose(2, 3, 1, 0))
+
+
+def test_backbone_ckpt_is_not_applied_again_once_the_run_has_a_checkpoint(tmp_path):
+    # Each train_and_eval cycle builds the graph again: a model_dir with a checkpoint restores
+    # its own weights, so the .pth is neither converted nor claimed to initialise anything
+    # (here it does not even exist: applying it would raise).
+    model_dir = tmp_path / 'run'
+    model_dir.mkdir()
+    prefix = warm_start.write_name_checkpoint({'w': np.zeros(1, np.float32)},
+                                              str(model_dir / 'model.ckpt-200'))
+    tf1.train.update_checkpoint_state(str(model_dir), prefix)
+    with tf.Graph().as_default():
+        tf1.get_variable('efficientnet-lite0/stem/conv2d/kernel', [1])
+
+        class Run:
+            ckpt, backbone_ckpt, model_dir = '', str(tmp_path / 'absent.pth'), ''
+        with pytest.raises(Exception, match='absent.pth'):
+            warm_start.apply(Run)
+        Run.model_dir = str(model_dir)
+        warm_start.apply(Run)
 
 
 @pytest.mark.slow

@@ -187,3 +187,83 @@ def test_photo_metrics_worked_by_hand(tmp_path):
     assert metrics['recall_iou0.4'] == pytest.approx(1.0)
     with pytest.raises(photo_eval.InferenceError, match='none of the predicted photos'):
         photo_eval.evaluate([dict(rows[0], file_name='other.jpg')], str(gt))
+
+
+def test_overlapping_pairs_by_hand():
+    # One row of four 400 px tiles (x 0, 300, 600, 700): neighbours share 100 px and the
+    # flush tile 3 (700..1100) also shares 300 px with tile 2, none with tile 1 (ends at 700).
+    assert tiling.overlapping_pairs(300, 1100, 400, 100).tolist() == [[0, 1], [1, 2], [2, 3]]
+    # A 2 x 2 grid: all four share the centre, diagonals included.
+    assert tiling.overlapping_pairs(700, 700, 400, 100).tolist() == [
+        [0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]
+    # No overlap: tiles that only touch share no pixel.
+    assert tiling.overlapping_pairs(400, 800, 400, 0).tolist() == []
+    assert tiling.overlapping_pairs(100, 100, 400, 100).shape == (0, 2)
+
+
+def _greedy_over_all_pairs(boxes, scores, classes, tiles, iou_thresh):
+    """The merge's definition, quadratic: every box against every later box."""
+    from efficientdet_hpu.ops import host_postprocess
+    order, kept = np.argsort(-scores, kind='stable'), []
+    while order.size:
+        best, rest = order[0], order[1:]
+        kept.append(best)
+        order = rest[~((host_postprocess.iou_one_to_many(boxes[best], boxes[rest]) > iou_thresh)
+                       & (classes[rest] == classes[best]) & (tiles[rest] != tiles[best]))]
+    return kept
+
+
+def test_cross_tile_merge_equals_the_quadratic_definition_and_keeps_thousands():
+    # 3,000 random boxes of two classes on a 1200 x 1500 photo, each inside the tile that
+    # produced it: comparing only tiles that share pixels changes nothing, and nothing is
+    # capped (the former cap of 1,000 silently cut a whole orthophoto's trees).
+    rng = np.random.default_rng(0)
+    height, width, tile, overlap = 1200, 1500, 320, 64
+    windows = tiling.tile_windows(height, width, tile, overlap)
+    tiles = rng.integers(0, len(windows), 3000)
+    size = rng.uniform(8, 60, (3000, 2))
+    low = np.array([[windows[t].y0, windows[t].x0] for t in tiles], np.float64)
+    high = np.array([[windows[t].y1, windows[t].x1] for t in tiles], np.float64) - size
+    corner = low + rng.uniform(0, 1, (3000, 2)) * (high - low)
+    boxes = np.concatenate([corner, corner + size], axis=1)
+    scores = rng.uniform(0, 1, 3000)
+    classes = rng.integers(1, 3, 3000)
+    pairs = tiling.overlapping_pairs(height, width, tile, overlap)
+    kept = tiled_predict.cross_tile_nms(boxes, scores, classes, tiles, pairs, 0.3)
+    expected = _greedy_over_all_pairs(boxes, scores, classes, tiles, 0.3)
+    assert 1000 < len(expected) < 3000  # Some merged, more than the old cap kept.
+    assert kept.tolist() == [int(i) for i in expected]
+    assert tiled_predict.cross_tile_nms(boxes, scores, classes, tiles, pairs, 0.3,
+                                        max_detections=5).tolist() == kept[:5].tolist()
+
+
+def test_photo_metrics_count_every_detection_of_a_photo(tmp_path):
+    # 150 annotated trees on one photo, found exactly: with COCO's cap of 100 detections per
+    # image the recall would stop at 100/150; the photo evaluation counts all 150.
+    trees = [[10 * (i % 15) * 2, 20 * (i // 15), 10, 10] for i in range(150)]
+    gt = tmp_path / 'photo.json'
+    gt.write_text(json.dumps({
+        'images': [{'id': 1, 'file_name': 'photo.png', 'width': 400, 'height': 400}],
+        'annotations': [{'id': i + 1, 'image_id': 1, 'category_id': 1, 'bbox': box,
+                         'area': 100, 'iscrowd': 0} for i, box in enumerate(trees)],
+        'categories': [{'id': 1, 'name': 'tree'}]}))
+    rows = [{'file_name': 'photo.png', 'category_id': 1, 'bbox': box, 'score': 1 - i / 1000}
+            for i, box in enumerate(trees)]
+    metrics = photo_eval.evaluate(rows, str(gt))
+    assert metrics['recall_iou0.4'] == pytest.approx(1.0)
+    assert metrics['AP'] == pytest.approx(1.0)
+    capped = photo_eval.evaluate(rows, str(gt), max_detections=100)
+    assert capped['recall_iou0.4'] == pytest.approx(100 / 150)
+
+
+def test_tiled_prediction_reads_photos_past_the_pixel_limit(tmp_path, monkeypatch):
+    # PIL refuses photos over twice Image.MAX_IMAGE_PIXELS (a decompression-bomb guard): with
+    # the limit lowered to 100 pixels, a 40 x 30 photo stands in for a 20k x 20k orthophoto.
+    from efficientdet_hpu.serving import predict
+    path = tmp_path / 'ortho.png'
+    Image.fromarray(np.full((30, 40, 3), 7, np.uint8)).save(path)
+    monkeypatch.setattr(Image, 'MAX_IMAGE_PIXELS', 100)
+    with pytest.raises(Image.DecompressionBombError):
+        predict.read_rgb(str(path))
+    assert predict.read_rgb(str(path), any_size=True).shape == (30, 40, 3)
+    assert Image.MAX_IMAGE_PIXELS == 100  # Restored for every other reader.

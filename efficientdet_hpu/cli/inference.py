@@ -148,7 +148,8 @@ def run_predict():
                                                  FLAGS.tile_batch_size)
     try:
         status = predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
-                                       repeat=FLAGS.repeat, min_score=FLAGS.min_score)
+                                       repeat=FLAGS.repeat, min_score=FLAGS.min_score,
+                                       any_size=bool(FLAGS.tile_size))
     finally:
         predictor.close()
     if FLAGS.annotations_file and status == 0:

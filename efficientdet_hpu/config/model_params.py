@@ -22,7 +22,7 @@ class RunParams:
     is batch_size x accumulation_steps). global_batch_size: images per optimizer step over all
     ranks and micro-batches (the learning rate scales with it). steps_per_epoch (a float, as
     automl), total_steps: optimizer steps. seed: graph seed or None. backbone_ckpt, ckpt: warm
-    starts ('' for none).
+    starts ('' for none), applied only while model_dir (the run's) holds no checkpoint.
     compute_dtype: 'float32', 'bfloat16' or 'float16' for training. cross_rank_batch_norm:
     batch norm statistics over all ranks (the config's sync_batch_norm with more than one rank).
     """
@@ -36,6 +36,7 @@ class RunParams:
     compute_dtype: str = 'float32'
     cross_rank_batch_norm: bool = False
     accumulation_steps: int = 1
+    model_dir: str = ''
 
     @property
     def step_batch_size(self):

@@ -39,6 +39,29 @@ def tile_windows(height, width, tile, overlap):
             for x0 in axis_starts(width, tile, overlap)]
 
 
+def _axis_overlaps(length, tile, overlap):
+    """Pairs (i, j), i <= j, of tiles along one axis whose pixel ranges overlap."""
+    starts = axis_starts(length, tile, overlap)
+    ends = [min(start + tile, length) for start in starts]
+    return [(i, j) for i in range(len(starts)) for j in range(i, len(starts))
+            if starts[j] < ends[i]]
+
+
+def overlapping_pairs(height, width, tile, overlap):
+    """int [P, 2] pairs (a, b), a < b, of indices into tile_windows(...) whose windows share
+    pixels: the tiles whose detections can be duplicates of each other. Grows with the number
+    of tiles (about 4 per tile), not with its square."""
+    columns = len(axis_starts(width, tile, overlap))
+    pairs = set()
+    for row_a, row_b in _axis_overlaps(height, tile, overlap):
+        for col_a, col_b in _axis_overlaps(width, tile, overlap):
+            for a, b in ((row_a * columns + col_a, row_b * columns + col_b),
+                         (row_a * columns + col_b, row_b * columns + col_a)):
+                if a != b:
+                    pairs.add((min(a, b), max(a, b)))
+    return np.array(sorted(pairs), np.int64).reshape(-1, 2)
+
+
 def boxes_in_tile(boxes, window, min_visible=0.5, min_side=2.0):
     """The boxes a tile keeps under the sliver rule.
 

@@ -27,14 +27,21 @@ def decode_boxes(codes, anchor_boxes):
                      centre_x + half_w], axis=-1)
 
 
+def iou_many_to_many(boxes_a, boxes_b):
+    """IoU of boxes [A, 4] with boxes [B, 4] -> [A, B] (0 where the union is empty);
+    [ymin, xmin, ymax, xmax]."""
+    a, b = boxes_a[:, None, :], boxes_b[None, :, :]
+    inter_h = np.maximum(0.0, np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]))
+    inter_w = np.maximum(0.0, np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]))
+    intersection = inter_h * inter_w
+    union = ((a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+             + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) - intersection)
+    return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)
+
+
 def iou_one_to_many(box, boxes):
     """IoU of box [4] with boxes [K, 4] -> [K] (0 where the union is empty)."""
-    inter_h = np.maximum(0.0, np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]))
-    inter_w = np.maximum(0.0, np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]))
-    intersection = inter_h * inter_w
-    union = ((box[2] - box[0]) * (box[3] - box[1])
-             + (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) - intersection)
-    return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)
+    return iou_many_to_many(np.asarray(box)[None], np.asarray(boxes).reshape(-1, 4))[0]
 
 
 def nms(boxes, scores, iou_thresh, max_output_size, classes=None):

@@ -2,11 +2,13 @@
 photos (`--annotations_file`), e.g. a whole orthophoto predicted tile by tile.
 
 Photos are matched by file name (the JSON's "file_name" basename). Metrics, pycocotools box
-evaluation over the matched photos with up to `max_detections` detections per photo:
+evaluation over the matched photos with every detection of a photo counted (COCO's cap of 100
+per image, or any fixed cap, would cut a whole orthophoto's thousands of trees):
 AP (IoU 0.50:0.95), AP50, and recall at IoU 0.4 (DeepForest's evaluation threshold: the
 fraction of annotated boxes matched by a detection at IoU >= 0.4, greedily by score, any
 score), averaged over categories as COCO averages.
 """
+import collections
 import contextlib
 import io
 import json
@@ -30,12 +32,14 @@ def _coco_eval(coco_gt, coco_dt, image_ids, max_detections, iou_thresholds=None)
     with contextlib.redirect_stdout(io.StringIO()):
         evaluator.evaluate()
         evaluator.accumulate()
-        if iou_thresholds is None:
-            evaluator.summarize()
     return evaluator
 
 
-def evaluate(results, annotations_file, max_detections=1000):
+def _mean_valid(values):
+    return float(values[values > -1].mean()) if (values > -1).any() else -1.0
+
+
+def evaluate(results, annotations_file, max_detections=None):
     """{'photos', 'annotations', 'detections', 'AP', 'AP50', 'recall_iou0.4'} of COCO result
     rows ({'file_name', 'category_id', 'bbox' [x, y, w, h], 'score'}) against the file."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -52,15 +56,21 @@ def evaluate(results, annotations_file, max_detections=1000):
             if row['file_name'] in by_name]
     with contextlib.redirect_stdout(io.StringIO()):
         coco_dt = coco_gt.loadRes(rows)
+    if max_detections is None:  # All of them: the most any photo has (at least COCO's 100).
+        per_photo = collections.Counter(row['image_id'] for row in rows)
+        max_detections = max([100] + list(per_photo.values()))
     main = _coco_eval(coco_gt, coco_dt, image_ids, max_detections)
     loose = _coco_eval(coco_gt, coco_dt, image_ids, max_detections, [RECALL_IOU])
-    recall = loose.eval['recall'][0, :, 0, -1]  # [categories] at all areas, max detections.
+    # From the accumulated arrays at all areas and the last cap: pycocotools' summarize()
+    # takes its AP at a fixed 100 detections per image whatever maxDets says.
+    precision = main.eval['precision'][:, :, :, 0, -1]  # [IoU, recall points, categories]
     return {'photos': len(image_ids),
             'annotations': len(coco_gt.getAnnIds(imgIds=image_ids, iscrowd=False)),
-            'detections': len(rows), 'AP': float(main.stats[0]), 'AP50': float(main.stats[1]),
-            'recall_iou0.4': float(recall[recall > -1].mean()) if (recall > -1).any() else -1.0}
+            'detections': len(rows), 'AP': _mean_valid(precision),
+            'AP50': _mean_valid(precision[0]),
+            'recall_iou0.4': _mean_valid(loose.eval['recall'][0, :, 0, -1])}
 
 
-def evaluate_file(detections_json, annotations_file, max_detections=1000):
+def evaluate_file(detections_json, annotations_file, max_detections=None):
     with open(detections_json) as f:
         return evaluate(json.load(f), annotations_file, max_detections)

@@ -56,12 +56,20 @@ def list_images(path):
     return [path]
 
 
-def read_rgb(path):
-    """uint8 [H, W, 3] RGB pixels of any image file PIL can decode, upright per EXIF."""
-    with Image.open(path) as image:
-        image.load()
-        image = ImageOps.exif_transpose(image)
-        return np.array(image_codec.to_rgb(image), dtype=np.uint8)
+def read_rgb(path, any_size=False):
+    """uint8 [H, W, 3] RGB pixels of any image file PIL can decode, upright per EXIF.
+    any_size lifts PIL's decompression-bomb limit (89M pixels warns, 179M refuses): tiled
+    prediction is for orthophotos of that size."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if any_size:
+        Image.MAX_IMAGE_PIXELS = None
+    try:
+        with Image.open(path) as image:
+            image.load()
+            image = ImageOps.exif_transpose(image)
+            return np.array(image_codec.to_rgb(image), dtype=np.uint8)
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
 
 
 def image_id_for(path, position):
@@ -118,15 +126,17 @@ def _report_latency(latencies):
           'p90 %.1f ms' % (ms.size, ms.mean(), np.percentile(ms, 50), np.percentile(ms, 90)))
 
 
-def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=0.3):
-    """Runs `predictor` on every image of input_path; returns the exit status."""
+def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=0.3,
+                  any_size=False):
+    """Runs `predictor` on every image of input_path; returns the exit status. any_size:
+    photos of any pixel count are read (see read_rgb)."""
     files = list_images(input_path)
     os.makedirs(output_dir, exist_ok=True)
     results, skipped, latencies = [], [], []
     for position, path in enumerate(files, start=1):
         file_name = os.path.basename(path)
         try:
-            pixels = read_rgb(path)
+            pixels = read_rgb(path, any_size)
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
             print('skipped %s: cannot decode it (%s: %s)' % (path, type(error).__name__, error),
                   file=sys.stderr)

@@ -358,7 +358,7 @@ def prepare(options, config, explicit_keys):
                        else 'float32'),
         # Synchronised batch norm only means something with more than one rank.
         cross_rank_batch_norm=bool(config.sync_batch_norm and world > 1),
-        accumulation_steps=accumulated)
+        accumulation_steps=accumulated, model_dir=options.model_dir)
     logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
                              steps_per_epoch, params))
     rise = det_model_fn.cosine_rise_warning(config, steps_per_epoch, total_steps)

@@ -136,7 +136,13 @@ def torch_backbone_checkpoint(path, backbone_variables):
 
 def apply(run):
     """Sets initialisers from run.ckpt or run.backbone_ckpt (a config.model_params.RunParams;
-    ckpt wins)."""
+    ckpt wins). Nothing to do once run.model_dir holds a checkpoint: the run restores its own
+    (each train_and_eval cycle builds the graph again; the .pth is not converted again and no
+    line claims the weights were initialised again)."""
+    if (run.ckpt or run.backbone_ckpt) and run.model_dir and tf.train.latest_checkpoint(
+            run.model_dir):
+        logging.debug('warm start skipped: %s holds a checkpoint', run.model_dir)
+        return
     if run.ckpt:
         _restore(run.ckpt, 'ckpt', _model_variables(), allow_class_head_skip=True)
     elif run.backbone_ckpt:

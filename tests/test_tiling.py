@@ -1,6 +1,9 @@
 """Tile geometry and the sliver rule, worked by hand (data/tiling.py), and the converter's
 --tile_size on a photo with those boxes."""
 import json
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -267,3 +270,26 @@ def test_tiled_prediction_reads_photos_past_the_pixel_limit(tmp_path, monkeypatc
         predict.read_rgb(str(path))
     assert predict.read_rgb(str(path), any_size=True).shape == (30, 40, 3)
     assert Image.MAX_IMAGE_PIXELS == 100  # Restored for every other reader.
+
+
+def test_orthophoto_mosaic_moves_every_box_with_its_copy(tmp_path):
+    # tools/orthophoto_mosaic.py (the whole-orthophoto measurement of docs/trees.md): a 30 x 40
+    # photo with one tree at (5, 6) repeated 3 x 2 gives 6 trees, one per copy, and pixels
+    # that repeat with the photo's period.
+    photo = np.random.default_rng(0).integers(0, 255, (30, 40, 3), np.uint8)
+    Image.fromarray(photo).save(tmp_path / 'p.png')
+    (tmp_path / 'p.json').write_text(json.dumps({
+        'images': [{'id': 9, 'file_name': 'p.png', 'width': 40, 'height': 30}],
+        'annotations': [{'id': 1, 'image_id': 9, 'category_id': 1, 'bbox': [6, 5, 4, 3],
+                         'area': 12, 'iscrowd': 0}],
+        'categories': [{'id': 1, 'name': 'tree'}]}))
+    subprocess.run([sys.executable, 'tools/orthophoto_mosaic.py', '--annotations_file',
+                    str(tmp_path / 'p.json'), '--image_dir', str(tmp_path), '--columns=3',
+                    '--rows=2', '--output_dir', str(tmp_path / 'out')], check=True,
+                   cwd=str(pathlib.Path(__file__).parents[1]))
+    coco = json.loads((tmp_path / 'out' / 'mosaic.json').read_text())
+    assert coco['images'][0]['width'] == 120 and coco['images'][0]['height'] == 60
+    assert sorted(a['bbox'][:2] for a in coco['annotations']) == [
+        [6, 5], [6, 35], [46, 5], [46, 35], [86, 5], [86, 35]]
+    big = np.asarray(Image.open(tmp_path / 'out' / coco['images'][0]['file_name']))
+    np.testing.assert_array_equal(big[30:60, 80:120], photo)

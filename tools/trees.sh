@@ -7,7 +7,10 @@
 #                            (a) from the ImageNet .pth backbone, (b) from random weights
 #   tools/trees.sh evaluate  tiled predict on the whole val photo with each run's best
 #                            checkpoint, scored against its annotation; prints the table
-#   tools/trees.sh all       the three in order (default)
+#   tools/trees.sh mosaic    the pretrained run on a 9992 x 10350 mosaic of the val photo (8 x 10
+#                            copies, 22,320 trees): tiled prediction of a whole orthophoto,
+#                            its time, peak memory and scores (should match the single photo's)
+#   tools/trees.sh all       data, train and evaluate in order (default)
 # TRAIN_ARGS (extra main.py flags, e.g. for a smoke run) go to both trainings. Re-running
 # skips finished data steps; training resumes from the runs' checkpoints.
 set -euo pipefail
@@ -81,10 +84,23 @@ for name, title in (('pretrained', 'ImageNet backbone'), ('random', 'random weig
 PYTHON
 }
 
+mosaic() {
+  local dir=$TREES_DIR/mosaic name=mosaic-8x10-$VAL_PHOTO.png
+  if [ ! -f "$dir/mosaic.json" ]; then
+    "$PY" tools/orthophoto_mosaic.py --annotations_file="$TREES_DIR/val.json" \
+      --image_dir="$PHOTOS" --columns=8 --rows=10 --output_dir="$dir"
+  fi
+  time "$PY" inference.py predict --model_dir="$RUNS_DIR/pretrained" \
+    --checkpoint="$RUNS_DIR/pretrained/best" --input="$dir/$name" \
+    --output_dir="$RUNS_DIR/pretrained/mosaic" "${TILES[@]}" --tile_batch_size=16 \
+    --annotations_file="$dir/mosaic.json"
+}
+
 case "${1:-all}" in
   data) data ;;
   train) train ;;
   evaluate) evaluate ;;
+  mosaic) mosaic ;;
   all) data; train; evaluate ;;
-  *) echo "usage: tools/trees.sh [data|train|evaluate|all]" >&2; exit 2 ;;
+  *) echo "usage: tools/trees.sh [data|train|evaluate|mosaic|all]" >&2; exit 2 ;;
 esac

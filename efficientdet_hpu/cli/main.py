@@ -64,6 +64,9 @@ def define_flags():
     flags.DEFINE_integer('eval_timeout', None, 'eval mode: stop after this many seconds without '
                          'a new checkpoint.')
     flags.DEFINE_bool('eval_after_training', False, 'mode=train: evaluate the final checkpoint.')
+    flags.DEFINE_integer('early_stop_patience', 0, 'mode=train_and_eval: stop training when '
+                         'this many evaluations in a row have not beaten the best AP (0: '
+                         'never); model_dir/best keeps the best checkpoint.', lower_bound=0)
     flags.DEFINE_bool('use_fake_data', False, 'Feed synthetic tensors (benchmarking, no I/O).')
     flags.DEFINE_bool('use_amp', False, 'Mixed precision: bfloat16 on CPU/HPU, float16 on GPU.')
     flags.DEFINE_bool('use_xla', False, 'XLA auto-clustering of the graph (meant for GPU). '

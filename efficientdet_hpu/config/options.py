@@ -33,6 +33,7 @@ class RunOptions:
     min_eval_interval: int
     eval_timeout: int
     eval_after_training: bool
+    early_stop_patience: int  # 0: never; train_and_eval evaluations without a better AP.
     use_fake_data: bool
     use_amp: bool
     use_xla: bool

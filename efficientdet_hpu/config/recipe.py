@@ -14,7 +14,8 @@ RUN_OPTION_KEYS = (
     'training_file_pattern', 'validation_file_pattern', 'val_json_file',
     'num_examples_per_epoch', 'num_epochs', 'iterations_per_loop', 'log_every_n_steps',
     'cp_every_n_steps', 'keep_checkpoint_max', 'eval_after_training', 'use_amp', 'use_xla',
-    'deterministic', 'seed', 'backbone_ckpt', 'ckpt', 'min_eval_interval', 'eval_timeout')
+    'deterministic', 'seed', 'backbone_ckpt', 'ckpt', 'min_eval_interval', 'eval_timeout',
+    'early_stop_patience')
 
 
 class Recipe(collections.namedtuple('Recipe', 'run_options hparams overrides')):

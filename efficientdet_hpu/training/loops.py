@@ -17,6 +17,7 @@ from efficientdet_hpu.training import benchmark
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import coverage_check
 from efficientdet_hpu.training import data_faults
+from efficientdet_hpu.training import early_stop
 from efficientdet_hpu.training import evaluation
 from efficientdet_hpu.training import hooks
 from efficientdet_hpu.training import preemption
@@ -57,6 +58,7 @@ def execute(run):
     options = run.options
     if options.benchmark:
         return benchmark.run_benchmark(run)
+    early_stop.warn_if_unused(options)
     if options.mode != 'eval':
         preemption.install()
         check_anchor_coverage(run)
@@ -77,6 +79,8 @@ def execute(run):
                     else min(int(epoch * run.steps_per_epoch), run.total_steps))
             if current_step(run) >= step and epoch < epochs:
                 continue
+            if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
+                break
             train_until(run, step)
             evaluation.evaluate_latest(run)
             preemption.stop_if_asked(options.model_dir)  # A signal during the evaluation.

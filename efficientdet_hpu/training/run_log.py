@@ -37,11 +37,14 @@ def read_json_log(model_dir):
 
 def training_final_step(model_dir):
     """The final step the latest training in model_dir ran towards (its last 'train' record's
-    total_steps in the JSON log), or None when the log has none."""
+    total_steps in the JSON log, or the step of an 'early_stop' record after it), or None
+    when the log has none."""
     final = None
     for record in read_json_log(model_dir):
         if record.get('event') == 'train' and record.get('total_steps'):
             final = int(record['total_steps'])
+        elif record.get('event') == 'early_stop':
+            final = int(record['step'])
     return final
 
 

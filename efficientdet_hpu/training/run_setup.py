@@ -301,16 +301,17 @@ def accumulation_steps(options, config, per_rank_batch, world):
     wanted = options.global_batch_size
     if wanted is not None:
         per_micro_batch = per_rank_batch * world
+        ranks = '%d %s' % (world, 'rank' if world == 1 else 'ranks')
         if wanted < 1 or wanted % per_micro_batch:
             raise RunSetupError(
-                '--global_batch_size=%d is not a multiple of %d ranks x --train_batch_size=%d '
+                '--global_batch_size=%d is not a multiple of %s x --train_batch_size=%d '
                 '= %d images; ask for a multiple of %d or change --train_batch_size'
-                % (wanted, world, per_rank_batch, per_micro_batch, per_micro_batch))
+                % (wanted, ranks, per_rank_batch, per_micro_batch, per_micro_batch))
         if asked is not None and asked != wanted // per_micro_batch:
             raise RunSetupError(
-                '--gradient_accumulation_steps=%d disagrees with --global_batch_size=%d (%d '
-                'ranks x %d x %d = %d); give only one of them'
-                % (asked, wanted, world, per_rank_batch, asked, per_micro_batch * asked))
+                '--gradient_accumulation_steps=%d disagrees with --global_batch_size=%d (%s '
+                'x %d x %d = %d); give only one of them'
+                % (asked, wanted, ranks, per_rank_batch, asked, per_micro_batch * asked))
         steps = wanted // per_micro_batch
     config.gradient_accumulation_steps = steps
     return steps

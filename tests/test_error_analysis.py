@@ -166,3 +166,33 @@ def test_split_check_names_the_first_record_and_both_files():
     with pytest.raises(record_index.SplitMismatchError,
                        match=r"image id 8 \('val/8.jpg', record 1 of val-\*\) is not in"):
         record_index.check_against_json(records, same[:1], 'val-*', 'val.json')
+
+
+def test_analyze_counts_every_detection_of_a_tiled_whole_photo(tmp_path):
+    # inference.py predict --tile_size on one orthophoto: 150 trees, all found, in rows that
+    # carry the photo's file_name and its position (7) as image_id, not the JSON's id (3).
+    # COCO's 100 detections per image would leave 50 trees missed; --max_dets=0 counts all,
+    # and the rows are matched to the JSON's photo by file name.
+    trees = [[20 * (i % 15), 20 * (i // 15), 10, 10] for i in range(150)]
+    truth = tmp_path / 'photo.json'
+    truth.write_text(json.dumps({
+        'images': [{'id': 3, 'file_name': 'ortho.png', 'width': 400, 'height': 400}],
+        'annotations': [{'id': i + 1, 'image_id': 3, 'category_id': 1, 'bbox': box,
+                         'area': 100, 'iscrowd': 0} for i, box in enumerate(trees)],
+        'categories': [{'id': 1, 'name': 'tree'}]}))
+    detections = tmp_path / 'detections.json'
+    detections.write_text(json.dumps([
+        {'image_id': 7, 'file_name': 'ortho.png', 'category_id': 1, 'bbox': box,
+         'score': round(1 - i / 1000, 3)} for i, box in enumerate(trees)]))
+
+    def analyze(*extra):
+        result = run_python(['-m', 'efficientdet_hpu.cli.analyze',
+                             '--detections_json=%s' % detections, '--val_json_file=%s' % truth,
+                             '--output_dir=%s' % (tmp_path / 'out')] + list(extra))
+        assert result.returncode == 0, result.stdout[-3000:]
+        return json.loads((tmp_path / 'out' / 'analysis.json').read_text())
+    every = analyze('--max_dets=0')
+    assert every['ap50'] == pytest.approx(1.0)
+    assert every['errors']['missed']['count'] == 0
+    capped = analyze()
+    assert capped['errors']['missed']['count'] == 50

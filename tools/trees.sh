@@ -72,6 +72,13 @@ evaluate() {
       --checkpoint="$RUNS_DIR/$name/best" --input="$PHOTOS/$VAL_PHOTO.png" \
       --output_dir="$RUNS_DIR/$name/val_photo" "${TILES[@]}" \
       --annotations_file="$TREES_DIR/val.json"
+    # Why the AP is what it is, on the whole photo (all its detections, not COCO's 100), and
+    # the photo drawn: ground truth green, detections red.
+    "$PY" -m efficientdet_hpu.cli.analyze \
+      --detections_json="$RUNS_DIR/$name/val_photo/detections.json" \
+      --val_json_file="$TREES_DIR/val.json" --image_dir="$PHOTOS" --max_dets=0 --worst=1 \
+      --output_dir="$RUNS_DIR/$name/val_photo/analysis" > "$RUNS_DIR/$name/val_photo/analysis.log"
+    head -n 3 "$RUNS_DIR/$name/val_photo/analysis.log"
   done
   "$PY" - "$RUNS_DIR" <<'PYTHON'
 import json, os, sys

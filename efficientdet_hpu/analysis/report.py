@@ -93,12 +93,17 @@ def _class_rows(result, names):
     return rows
 
 
-def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCORE_THRESHOLD):
+def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCORE_THRESHOLD,
+            max_dets=tide.MAX_DETS):
     """(report dict, truths, detections, tide.Analysis). names: {category id: name};
     setup: anchor_coverage.AnchorSetup for sizes in network pixels (None: no size table);
-    score_threshold: for the confusion matrix and drawings, None for f1_threshold."""
+    score_threshold: for the confusion matrix and drawings, None for f1_threshold; max_dets:
+    detections per image (COCO's 100; None: all of each image's, e.g. a whole photo
+    predicted tile by tile)."""
     truths, detections = per_image(dataset, results, image_ids, names)
-    result = tide.analyse(truths, detections)
+    if max_dets is None:
+        max_dets = max([tide.MAX_DETS] + [len(dets.scores) for dets in detections])
+    result = tide.analyse(truths, detections, max_dets=max_dets)
     threshold_rule = 'given'
     if score_threshold is None:
         score_threshold, threshold_rule = f1_threshold(result, detections, truths), 'best F1'

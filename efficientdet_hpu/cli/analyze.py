@@ -53,6 +53,7 @@ def _inputs():
     if not truth:
         raise AnalyzeError('no ground truth: pass --val_json_file=instances.json')
     dataset = coco_annotations.load_coco_json(truth)
+    results = _by_file_name(results, dataset)
     image_ids = evaluated.get('image_ids') or [image['id'] for image in dataset['images']]
     setup = None
     config_path = os.path.join(FLAGS.model_dir, 'config.yaml') if FLAGS.model_dir else None
@@ -63,6 +64,17 @@ def _inputs():
     if not output:
         raise AnalyzeError('pass --output_dir=DIR (or --model_dir) for the report')
     return dataset, results, image_ids, output, setup
+
+
+def _by_file_name(results, dataset):
+    """inference.py predict's rows carry the photo's file_name and an image_id that is only
+    its position in the input: when every row's file_name is a JSON image's (basename), the
+    row takes that image's id, as predict --annotations_file matches them."""
+    by_name = {os.path.basename(image['file_name']): image['id'] for image in dataset['images']}
+    if not results or not all(os.path.basename(str(row.get('file_name'))) in by_name
+                              for row in results):
+        return results
+    return [dict(row, image_id=by_name[os.path.basename(row['file_name'])]) for row in results]
 
 
 def _loader(dataset):
@@ -80,7 +92,8 @@ def run():
     dataset, results, image_ids, output, setup = _inputs()
     names = {category['id']: category['name'] for category in dataset['categories']}
     report, truths, detections, result = analysis_report.analyse(
-        dataset, results, image_ids, names, setup, FLAGS.score_threshold)
+        dataset, results, image_ids, names, setup, FLAGS.score_threshold,
+        FLAGS.max_dets or None)
     pictures = analysis_report.worst_pictures(report, dataset, image_ids, truths, detections,
                                               result, _loader(dataset), names, FLAGS.worst)
     analysis_report.write(output, report, pictures)
@@ -105,6 +118,10 @@ def entry_point():
                         'model_dir/eval/detections.json).')
     flags.DEFINE_string('val_json_file', None, 'COCO instances JSON of the evaluated images.')
     flags.DEFINE_string('image_dir', None, 'Images (JSON file_name) to draw the worst ones.')
+    flags.DEFINE_integer('max_dets', 100, 'Detections per image, highest scores first (COCO\'s '
+                         '100, as the evaluation counts them); 0: all of them, for a whole '
+                         'photo predicted tile by tile (inference.py predict --tile_size).',
+                         lower_bound=0)
     flags.DEFINE_string('output_dir', None, 'Report directory (default: '
                         'model_dir/eval/analysis).')
     flags.DEFINE_float('score_threshold', None,

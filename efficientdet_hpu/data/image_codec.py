@@ -56,15 +56,9 @@ def _size_mismatch_message(path: str, image: Image.Image, json_size, json_path: 
             f'{json_size[0]}x{json_size[1]}. {hint}')
 
 
-def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str,
-                window=None) -> bytes:
-    """Reads `path`, checks it decodes fully at the JSON's size; returns RGB JPEG bytes.
-
-    window: (y0, x0, y1, x1) pixels to keep (a tile, always re-encoded), or None.
-
-    Raises:
-        ConversionError: unreadable/truncated file or a size that differs from the JSON.
-    """
+def _decode(path: str, json_width: int, json_height: int, json_path: str, keep_jpeg: bool):
+    """(original bytes when keep_jpeg and the file is a baseline RGB JPEG, else None;
+    the RGB image, or None when the bytes are kept)."""
     # Truncated files must fail loudly; a partial image with grey rows would be silent damage.
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     with open(path, 'rb') as handle:
@@ -75,18 +69,54 @@ def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str,
                 raise ConversionError(
                     _size_mismatch_message(path, image, (json_width, json_height), json_path))
             image.load()
-            if window is None and _is_baseline_rgb_jpeg(image):
-                return data
+            if keep_jpeg and _is_baseline_rgb_jpeg(image):
+                return data, None
             rgb = to_rgb(image)
-            if window is not None:
-                y0, x0, y1, x1 = window
-                rgb = rgb.crop((x0, y0, x1, y1))
+            rgb.load()
+            return None, rgb
     except ConversionError:
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
         raise ConversionError(f'cannot decode image {path} ({type(error).__name__}: {error}); '
                               f'the file is unreadable or truncated. Re-export or remove it '
                               f'from {json_path}.') from None
+
+
+# The photo the last tile was cut from, decoded: {(path, width, height): RGB image}. The tiles
+# of a photo reach a shard writer one after another, so each writer decodes a photo once, not
+# once per tile (a 10k x 10k orthophoto has 1,600 tiles of 320 px).
+_TILE_SOURCE = {}
+
+
+def _tile_source(path: str, json_width: int, json_height: int, json_path: str):
+    key = (path, json_width, json_height)
+    if key not in _TILE_SOURCE:
+        _TILE_SOURCE.clear()
+        limit = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None  # Tiling is for orthophotos past PIL's bomb guard.
+        try:
+            _TILE_SOURCE[key] = _decode(path, json_width, json_height, json_path, False)[1]
+        finally:
+            Image.MAX_IMAGE_PIXELS = limit
+    return _TILE_SOURCE[key]
+
+
+def encode_jpeg(path: str, json_width: int, json_height: int, json_path: str,
+                window=None) -> bytes:
+    """Reads `path`, checks it decodes fully at the JSON's size; returns RGB JPEG bytes.
+
+    window: (y0, x0, y1, x1) pixels to keep (a tile, always re-encoded), or None.
+
+    Raises:
+        ConversionError: unreadable/truncated file or a size that differs from the JSON.
+    """
+    if window is None:
+        data, rgb = _decode(path, json_width, json_height, json_path, True)
+        if data is not None:
+            return data
+    else:
+        y0, x0, y1, x1 = window
+        rgb = _tile_source(path, json_width, json_height, json_path).crop((x0, y0, x1, y1))
     output = io.BytesIO()
     rgb.save(output, format='JPEG', quality=JPEG_QUALITY)
     return output.getvalue()

@@ -93,6 +93,10 @@ _DEFAULTS = {
     # A regex: trainable variables whose name re.match-es it are not trained (automl's key;
     # training/var_freeze.py). '' or null: all are trained.
     'var_freeze_expr': '',
+    # This project's: > 0 freezes var_freeze_expr's variables for the first N steps only, then
+    # trains them at var_freeze_lr_multiplier x the learning rate (0: automl's whole-run freeze).
+    'var_freeze_steps': 0,
+    'var_freeze_lr_multiplier': 1.0,
     # Micro-batches of train_batch_size per rank summed into one optimizer step (the global
     # batch is ranks x train_batch_size x this); main.py's --global_batch_size derives it.
     'gradient_accumulation_steps': 1,

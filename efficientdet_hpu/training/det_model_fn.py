@@ -219,7 +219,15 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
     overflow the dynamic loss scale absorbs (training/loss_scale.py: skip, halve, go on)."""
     global_step = tf1.train.get_or_create_global_step()
     optimizer = _optimizer(params, learning_rate)
-    variables = var_freeze.trainable(tf1.trainable_variables(), params.config.var_freeze_expr)
+    config = params.config
+    freeze_steps = config.get('var_freeze_steps', 0)
+    var_freeze.check_schedule(config.var_freeze_expr, freeze_steps,
+                              config.get('var_freeze_lr_multiplier', 1.0), config.optimizer)
+    if freeze_steps:  # Frozen for the first phase only: they stay in the list.
+        variables = tf1.trainable_variables()
+        phased = var_freeze.phased(variables, config.var_freeze_expr, freeze_steps)
+    else:
+        variables = var_freeze.trainable(tf1.trainable_variables(), config.var_freeze_expr)
     scaler = (loss_scale.DynamicLossScale() if params.run.compute_dtype == 'float16'
               else None)
     total_loss, grads = accumulation.sum_gradients(
@@ -227,10 +235,14 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
         scaler.scale_loss if scaler else None)
     grads = distributed.allreduce_gradients(grads)  # One allreduce per optimizer step.
     grads = scaler.unscale(grads) if scaler else [tf.cast(g, tf.float32) for g in grads]
+    if freeze_steps:
+        grads = var_freeze.zero_until(grads, phased, freeze_steps, global_step)
     global_norm = tf.linalg.global_norm(grads)
     grads, applied_norm = gradient_clipping.clip_gradients(
         grads, params.config.clip_gradients_norm, global_norm=global_norm,
         per_variable=params.config.clip_gradients_per_variable)
+    if freeze_steps:
+        grads = var_freeze.scale(grads, phased, config.var_freeze_lr_multiplier)
     # The log's grad_norm is before clipping; automl's `gradient_norm` summary after it.
     tf1.summary.scalar('train/gradient_norm', applied_norm)
     # The averaged gradients are identical on every rank, so every rank takes the same branch.

@@ -196,3 +196,20 @@ def test_analyze_counts_every_detection_of_a_tiled_whole_photo(tmp_path):
     assert every['errors']['missed']['count'] == 0
     capped = analyze()
     assert capped['errors']['missed']['count'] == 50
+
+
+def test_dense_photos_are_drawn_without_tags():
+    # Hundreds of trees on one photo: tags would cover it. Up to MAX_TAGGED boxes carry a
+    # tag (white text on the box colour), beyond that only the two colours of the boxes.
+    from efficientdet_hpu.analysis import tide, worst_images
+
+    def drawn(count):
+        boxes = np.array([[12 * (i % 20), 12 * (i // 20), 8, 8] for i in range(count)], float)
+        truth = tide.ImageTruth(boxes, np.ones(count, np.int64), np.zeros(count, bool))
+        dets = tide.ImageDetections(boxes + 1, np.ones(count, np.int64), np.full(count, 0.9))
+        picture = worst_images.draw(Image.new('RGB', (240, 240)), truth, dets, {1: 'tree'}, 0.5)
+        pixels = np.asarray(picture)
+        return [bool((pixels == colour).all(axis=-1).any()) for colour in (
+            (255, 255, 255), worst_images.TRUTH_COLOUR, worst_images.DETECTION_COLOUR)]
+    assert drawn(worst_images.MAX_TAGGED // 2) == [True, True, True]
+    assert drawn(worst_images.MAX_TAGGED // 2 + 1) == [False, True, True]

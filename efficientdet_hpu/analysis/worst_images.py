@@ -13,6 +13,7 @@ from PIL import ImageDraw, ImageFont
 TRUTH_COLOUR = (0, 200, 0)
 DETECTION_COLOUR = (230, 20, 20)
 _CORRECT = ('tp', 'ignored')
+MAX_TAGGED = 60  # Boxes on one image beyond which their text tags are left out.
 
 
 def wrong_boxes(outcome, dets, score_threshold):
@@ -46,26 +47,33 @@ def _font(size):
 def _box(draw, xywh, colour, text, width, font):
     x, y, w, h = xywh
     draw.rectangle([x, y, x + w, y + h], outline=colour, width=width)
+    if text is None:
+        return
     left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
     tag_y = y - (bottom - top) - 2 if y - (bottom - top) - 2 >= 0 else y + width
     draw.rectangle([x, tag_y, x + right - left + 2, tag_y + bottom - top + 2], fill=colour)
     draw.text((x + 1 - left, tag_y + 1 - top), text, fill=(255, 255, 255), font=font)
 
 
-def draw(image, truth, dets, names, score_threshold):
+def draw(image, truth, dets, names, score_threshold, max_tagged=MAX_TAGGED):
     """A copy of `image` (PIL) with truth (green, name) and detections scoring >=
-    score_threshold (red, 'name 0.87'). Boxes xywh in the image's pixels; names: {class: name}."""
+    score_threshold (red, 'name 0.87'). Boxes xywh in the image's pixels; names: {class: name}.
+    With more than `max_tagged` boxes in all (a dense photo: hundreds of trees), the tags would
+    cover the photo: boxes are drawn without them, the colours still tell truth from
+    detection."""
     canvas = image.convert('RGB')
     pen = ImageDraw.Draw(canvas)
-    width = max(1, int(round(min(canvas.size) / 200.0)))
+    shown = np.flatnonzero(dets.scores >= score_threshold)
+    tagged = len(truth.boxes) + len(shown) <= max_tagged
+    width = max(1, int(round(min(canvas.size) / (200.0 if tagged else 500.0))))
     font = _font(max(10, int(round(min(canvas.size) / 30.0))))
     for box, cls in zip(truth.boxes.tolist(), truth.classes.tolist()):
-        _box(pen, box, TRUTH_COLOUR, names.get(cls, str(cls)), width, font)
-    for index in np.argsort(dets.scores, kind='stable'):
-        if dets.scores[index] >= score_threshold:
-            cls = int(dets.classes[index])
-            _box(pen, dets.boxes[index].tolist(), DETECTION_COLOUR,
-                 '%s %.2f' % (names.get(cls, str(cls)), dets.scores[index]), width, font)
+        _box(pen, box, TRUTH_COLOUR, names.get(cls, str(cls)) if tagged else None, width, font)
+    for index in shown[np.argsort(dets.scores[shown], kind='stable')]:
+        cls = int(dets.classes[index])
+        _box(pen, dets.boxes[index].tolist(), DETECTION_COLOUR,
+             '%s %.2f' % (names.get(cls, str(cls)), dets.scores[index]) if tagged else None,
+             width, font)
     return canvas
 
 

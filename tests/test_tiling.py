@@ -301,3 +301,47 @@ def test_orthophoto_mosaic_moves_every_box_with_its_copy(tmp_path):
         [6, 5], [6, 35], [46, 5], [46, 35], [86, 5], [86, 35]]
     big = np.asarray(Image.open(tmp_path / 'out' / coco['images'][0]['file_name']))
     np.testing.assert_array_equal(big[30:60, 80:120], photo)
+
+
+def _random_photos(tmp_path, seed, photos=3, truths=120, dets=700):
+    """A COCO file of `photos` photos with two classes and results with score ties, boxes near
+    the truths (some matches at every threshold) and anywhere."""
+    rng = np.random.default_rng(seed)
+    images, annotations, rows = [], [], []
+    for photo in range(1, photos + 1):
+        images.append({'id': photo * 10, 'file_name': 'p%d.png' % photo, 'width': 900,
+                       'height': 700})
+        boxes = np.column_stack([rng.uniform(0, 850, truths), rng.uniform(0, 650, truths),
+                                 rng.uniform(6, 60, truths), rng.uniform(6, 60, truths)])
+        classes = rng.integers(1, 3, truths)
+        for box, cls in zip(boxes, classes):
+            annotations.append({'id': len(annotations) + 1, 'image_id': photo * 10,
+                                'category_id': int(cls), 'bbox': box.round(1).tolist(),
+                                'area': float(box[2] * box[3]), 'iscrowd': 0})
+        near = boxes[rng.integers(0, truths, dets)] + rng.normal(0, 4, (dets, 4))
+        near[dets // 2:, :2] = rng.uniform(0, 850, (dets - dets // 2, 2))  # Anywhere.
+        near[:, 2:] = np.abs(near[:, 2:]) + 1
+        for box in near:
+            rows.append({'file_name': 'p%d.png' % photo, 'category_id': int(rng.integers(1, 3)),
+                         'bbox': box.round(1).tolist(),
+                         'score': float(rng.integers(1, 40)) / 40})  # Many ties.
+    path = tmp_path / ('photos-%d.json' % seed)
+    path.write_text(json.dumps({'images': images, 'annotations': annotations,
+                                'categories': [{'id': 1, 'name': 'a'}, {'id': 2, 'name': 'b'}]}))
+    return rows, str(path)
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_sparse_photo_scores_equal_pycocotools(tmp_path, seed):
+    # A whole orthophoto's dense IoU matrices do not fit in memory (22,320 trees x 128,907
+    # detections: 23 GB, killed): past DENSE_LIMIT pairs the scores come from sparse_coco,
+    # which must give pycocotools' numbers exactly: same matching, ties, accumulation.
+    rows, path = _random_photos(tmp_path, seed)
+    dense = photo_eval.evaluate(rows, path)
+    sparse = photo_eval.evaluate(rows, path, dense_limit=0)
+    assert 0.05 < dense['AP50'] < 0.95 and 0.05 < dense['recall_iou0.4'] < 1
+    for key in ('AP', 'AP50', 'recall_iou0.4'):
+        assert sparse[key] == pytest.approx(dense[key], abs=1e-12), key
+    capped = photo_eval.evaluate(rows, path, max_detections=150)
+    assert photo_eval.evaluate(rows, path, max_detections=150, dense_limit=0)['AP'] == (
+        pytest.approx(capped['AP'], abs=1e-12))

@@ -88,6 +88,23 @@ for name, title in (('pretrained', 'ImageNet backbone'), ('random', 'random weig
     with open(os.path.join(sys.argv[1], name, 'val_photo', 'metrics.json')) as f:
         m = json.load(f)
     print('| %s | %.3f | %.3f | %.3f |' % (title, m['AP'], m['AP50'], m['recall_iou0.4']))
+# The same corner of the val photo from both runs side by side (ground truth green, detections
+# at each run's best-F1 score red): RUNS_DIR/comparison.jpg.
+from PIL import Image, ImageDraw, ImageFont
+font = ImageFont.load_default(size=18)
+panels = []
+for name, title in (('pretrained', 'ImageNet backbone'), ('random', 'random weights')):
+    path = os.path.join(sys.argv[1], name, 'val_photo', 'analysis', 'worst-01-1.png')
+    with Image.open(path) as drawn:
+        panel = drawn.convert('RGB').crop((0, 0, 620, 520))
+    ImageDraw.Draw(panel).rectangle([0, 0, 250, 24], fill=(0, 0, 0))
+    ImageDraw.Draw(panel).text((6, 2), title, fill=(255, 255, 255), font=font)
+    panels.append(panel)
+figure = Image.new('RGB', (sum(p.width for p in panels) + 10, panels[0].height), 'white')
+figure.paste(panels[0], (0, 0))
+figure.paste(panels[1], (panels[0].width + 10, 0))
+figure.save(os.path.join(sys.argv[1], 'comparison.jpg'), quality=85)
+print('wrote', os.path.join(sys.argv[1], 'comparison.jpg'))
 PYTHON
 }
 

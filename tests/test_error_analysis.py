@@ -13,6 +13,7 @@ from PIL import Image
 
 from cli_runs import assert_one_line_error, run_main, run_python, tiny_flags
 from test_tide_errors import image as _image
+from test_tiling import write_photo_of_trees
 from efficientdet_hpu.analysis import confusion
 from efficientdet_hpu.analysis import report
 from efficientdet_hpu.data import record_index
@@ -173,13 +174,8 @@ def test_analyze_counts_every_detection_of_a_tiled_whole_photo(tmp_path):
     # carry the photo's file_name and its position (7) as image_id, not the JSON's id (3).
     # COCO's 100 detections per image would leave 50 trees missed; --max_dets=0 counts all,
     # and the rows are matched to the JSON's photo by file name.
-    trees = [[20 * (i % 15), 20 * (i // 15), 10, 10] for i in range(150)]
     truth = tmp_path / 'photo.json'
-    truth.write_text(json.dumps({
-        'images': [{'id': 3, 'file_name': 'ortho.png', 'width': 400, 'height': 400}],
-        'annotations': [{'id': i + 1, 'image_id': 3, 'category_id': 1, 'bbox': box,
-                         'area': 100, 'iscrowd': 0} for i, box in enumerate(trees)],
-        'categories': [{'id': 1, 'name': 'tree'}]}))
+    trees = write_photo_of_trees(truth, 3, 'ortho.png')
     detections = tmp_path / 'detections.json'
     detections.write_text(json.dumps([
         {'image_id': 7, 'file_name': 'ortho.png', 'category_id': 1, 'bbox': box,

@@ -248,16 +248,23 @@ def test_cross_tile_merge_equals_the_quadratic_definition_and_keeps_thousands():
                                         max_detections=5).tolist() == kept[:5].tolist()
 
 
+def write_photo_of_trees(path, image_id, file_name, count=150):
+    """A COCO file of one 400 x 400 photo with `count` 10 px trees on a 20 px grid; returns
+    their xywh boxes."""
+    trees = [[20 * (i % 15), 20 * (i // 15), 10, 10] for i in range(count)]
+    path.write_text(json.dumps({
+        'images': [{'id': image_id, 'file_name': file_name, 'width': 400, 'height': 400}],
+        'annotations': [{'id': i + 1, 'image_id': image_id, 'category_id': 1, 'bbox': box,
+                         'area': 100, 'iscrowd': 0} for i, box in enumerate(trees)],
+        'categories': [{'id': 1, 'name': 'tree'}]}))
+    return trees
+
+
 def test_photo_metrics_count_every_detection_of_a_photo(tmp_path):
     # 150 annotated trees on one photo, found exactly: with COCO's cap of 100 detections per
     # image the recall would stop at 100/150; the photo evaluation counts all 150.
-    trees = [[10 * (i % 15) * 2, 20 * (i // 15), 10, 10] for i in range(150)]
     gt = tmp_path / 'photo.json'
-    gt.write_text(json.dumps({
-        'images': [{'id': 1, 'file_name': 'photo.png', 'width': 400, 'height': 400}],
-        'annotations': [{'id': i + 1, 'image_id': 1, 'category_id': 1, 'bbox': box,
-                         'area': 100, 'iscrowd': 0} for i, box in enumerate(trees)],
-        'categories': [{'id': 1, 'name': 'tree'}]}))
+    trees = write_photo_of_trees(gt, 1, 'photo.png')
     rows = [{'file_name': 'photo.png', 'category_id': 1, 'bbox': box, 'score': 1 - i / 1000}
             for i, box in enumerate(trees)]
     metrics = photo_eval.evaluate(rows, str(gt))

@@ -22,15 +22,16 @@ def test_patience_counts_the_evaluations_after_the_first_best(tmp_path):
     _write_evaluations(tmp_path, {100: 0.10, 200: 0.30, 300: 0.25, 400: 0.29, 500: 0.30})
     history = early_stop.ap_history(str(tmp_path))
     assert history == [(100, 0.1), (200, 0.3), (300, 0.25), (400, 0.29), (500, 0.3)]
-    assert early_stop.stop_line(history, 4, 'run') is None
-    assert early_stop.stop_line(history, 0, 'run') is None  # 0: never.
-    line = early_stop.stop_line(history, 3, 'run')
+    assert early_stop.stop_decision(history, 4) is None
+    assert early_stop.stop_decision(history, 0) is None  # 0: never.
+    decision = early_stop.stop_decision(history, 3)
+    line = early_stop.stop_line(decision, 3, 'run')
     assert line == ('early stop at step 500: AP 0.3000 of step 200 not beaten in the 3 '
                     'evaluations after it (--early_stop_patience=3); best checkpoint in run/best')
-    assert early_stop.stop_step(line) == 500
+    assert decision[0] == 500
     # A new best resets the count; no evaluations, no stop.
-    assert early_stop.stop_line(history + [(600, 0.31)], 1, 'run') is None
-    assert early_stop.stop_line([], 1, 'run') is None
+    assert early_stop.stop_decision(history + [(600, 0.31)], 1) is None
+    assert early_stop.stop_decision([], 1) is None
 
 
 def test_an_early_stop_is_the_final_step_of_the_training(tmp_path):

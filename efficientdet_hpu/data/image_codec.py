@@ -5,6 +5,7 @@ Baseline RGB JPEGs keep their original bytes (no re-encode: lossless and fast). 
 an RGB JPEG at quality 95. Alpha is composited on black. Every file is fully decoded, so
 unreadable and truncated files are caught here, before they would fail mid-training.
 """
+import contextlib
 import io
 
 import numpy as np
@@ -88,16 +89,26 @@ def _decode(path: str, json_width: int, json_height: int, json_path: str, keep_j
 _TILE_SOURCE = {}
 
 
+@contextlib.contextmanager
+def any_pixel_count(lifted=True):
+    """Within it (when `lifted`), PIL reads images past its decompression-bomb guard (89M
+    pixels warns, 179M refuses): tiling is for orthophotos of that size. The limit is
+    restored afterwards for every other reader."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if lifted:
+        Image.MAX_IMAGE_PIXELS = None
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+
+
 def _tile_source(path: str, json_width: int, json_height: int, json_path: str):
     key = (path, json_width, json_height)
     if key not in _TILE_SOURCE:
         _TILE_SOURCE.clear()
-        limit = Image.MAX_IMAGE_PIXELS
-        Image.MAX_IMAGE_PIXELS = None  # Tiling is for orthophotos past PIL's bomb guard.
-        try:
+        with any_pixel_count():
             _TILE_SOURCE[key] = _decode(path, json_width, json_height, json_path, False)[1]
-        finally:
-            Image.MAX_IMAGE_PIXELS = limit
     return _TILE_SOURCE[key]
 
 

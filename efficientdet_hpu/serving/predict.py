@@ -58,18 +58,11 @@ def list_images(path):
 
 def read_rgb(path, any_size=False):
     """uint8 [H, W, 3] RGB pixels of any image file PIL can decode, upright per EXIF.
-    any_size lifts PIL's decompression-bomb limit (89M pixels warns, 179M refuses): tiled
-    prediction is for orthophotos of that size."""
-    limit = Image.MAX_IMAGE_PIXELS
-    if any_size:
-        Image.MAX_IMAGE_PIXELS = None
-    try:
-        with Image.open(path) as image:
-            image.load()
-            image = ImageOps.exif_transpose(image)
-            return np.array(image_codec.to_rgb(image), dtype=np.uint8)
-    finally:
-        Image.MAX_IMAGE_PIXELS = limit
+    any_size lifts PIL's decompression-bomb limit (image_codec.any_pixel_count)."""
+    with image_codec.any_pixel_count(any_size), Image.open(path) as image:
+        image.load()
+        image = ImageOps.exif_transpose(image)
+        return np.array(image_codec.to_rgb(image), dtype=np.uint8)
 
 
 def image_id_for(path, position):

@@ -3,8 +3,8 @@
 pycocotools' COCOeval builds, per image and category, the dense IoU matrix of all detections
 against all ground truth: a 10k x 10k orthophoto with 22,320 trees and 128,907 detections
 needs 23 GB for it (measured: the process was killed). Two boxes with IoU >= t > 0 overlap, so
-this module computes IoU only between a detection and the ground truth boxes it overlaps (found
-through a grid of cells) and otherwise follows COCOeval step for step: ground truth in file
+this module computes IoU (pycocotools' own function) only between a detection and the ground
+truth boxes it overlaps (found through a grid of cells) and otherwise follows COCOeval step for step: ground truth in file
 order, detections sorted by score with a stable sort (ties in input order), each detection
 taking the unmatched ground truth of highest IoU >= t (a later box wins a tie), the images'
 detections merged by score with a stable sort, precision made monotone and read at the 101
@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from efficientdet_hpu.analysis import tide
+
 RECALL_POINTS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
 _CELL = 64.0  # Grid cell in pixels for finding overlapping boxes.
 
@@ -25,17 +27,6 @@ def _cells(box):
     x, y, w, h = box
     return [(i, j) for i in range(int(math.floor(x / _CELL)), int(math.floor((x + w) / _CELL)) + 1)
             for j in range(int(math.floor(y / _CELL)), int(math.floor((y + h) / _CELL)) + 1)]
-
-
-def _iou(det, truths):
-    """IoU of one xywh box with xywh boxes [G, 4], pycocotools' formula (float64)."""
-    x1 = np.maximum(det[0], truths[:, 0])
-    y1 = np.maximum(det[1], truths[:, 1])
-    x2 = np.minimum(det[0] + det[2], truths[:, 0] + truths[:, 2])
-    y2 = np.minimum(det[1] + det[3], truths[:, 1] + truths[:, 3])
-    inter = np.maximum(x2 - x1, 0.0) * np.maximum(y2 - y1, 0.0)
-    union = det[2] * det[3] + truths[:, 2] * truths[:, 3] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
 
 
 def _candidates(det_boxes, truth_boxes, min_iou):
@@ -51,7 +42,9 @@ def _candidates(det_boxes, truth_boxes, min_iou):
             found.append((np.zeros(0, np.int64), np.zeros(0)))
             continue
         near = np.asarray(near, np.int64)
-        ious = _iou(np.asarray(box, np.float64), truth_boxes[near])
+        # pycocotools' own IoU (analysis/tide.py wraps it), so the values are its values.
+        ious = tide.iou_matrix(np.asarray([box], np.float64), truth_boxes[near],
+                               np.zeros(len(near)))[0]
         keep = ious >= min_iou
         found.append((near[keep], ious[keep]))
     return found

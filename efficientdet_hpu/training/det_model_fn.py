@@ -220,9 +220,9 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
     global_step = tf1.train.get_or_create_global_step()
     optimizer = _optimizer(params, learning_rate)
     config = params.config
-    freeze_steps = config.get('var_freeze_steps', 0)
+    freeze_steps = config.var_freeze_steps
     var_freeze.check_schedule(config.var_freeze_expr, freeze_steps,
-                              config.get('var_freeze_lr_multiplier', 1.0), config.optimizer)
+                              config.var_freeze_lr_multiplier, config.optimizer)
     if freeze_steps:  # Frozen for the first phase only: they stay in the list.
         variables = tf1.trainable_variables()
         phased = var_freeze.phased(variables, config.var_freeze_expr, freeze_steps)

@@ -39,40 +39,42 @@ def ap_history(model_dir):
     return sorted(history)
 
 
-def stop_line(history, patience, model_dir):
-    """The line that ends training when the best AP of `history` has gone `patience`
-    evaluations unbeaten, else None (patience 0: never)."""
+def stop_decision(history, patience):
+    """(stop step, best step, best AP, evaluations after the best) when the best AP of
+    `history` has gone `patience` evaluations unbeaten, else None (patience 0: never)."""
     if not patience or not history:
         return None
     best_step, best_ap = max(history, key=lambda item: (item[1], -item[0]))
     unbeaten = [step for step, _ in history if step > best_step]
     if len(unbeaten) < patience:
         return None
+    return unbeaten[-1], best_step, best_ap, len(unbeaten)
+
+
+def stop_line(decision, patience, model_dir):
+    """The one line that ends training, for a stop_decision."""
+    step, best_step, best_ap, count = decision
     return ('early stop at step %d: AP %.4f of step %d not beaten in the %d evaluations after '
             'it (--early_stop_patience=%d); best checkpoint in %s'
-            % (unbeaten[-1], best_ap, best_step, len(unbeaten), patience,
+            % (step, best_ap, best_step, count, patience,
                os.path.join(model_dir, evaluation.BEST_DIR)))
-
-
-def stop_step(line):
-    return int(re.match(r'early stop at step (\d+)', line).group(1))
 
 
 def reached(run):
     """True (on every rank) when the run should stop training now; rank 0 says why once and
     records the stop in the JSON log."""
     options = run.options
-    line = None
+    decision = None
     if distributed.is_main() and options.early_stop_patience:
-        line = stop_line(ap_history(options.model_dir), options.early_stop_patience,
-                         options.model_dir)
-        if line:
-            print(line, flush=True)
-            step = stop_step(line)
-            if run_log.training_final_step(options.model_dir) != step:
+        decision = stop_decision(ap_history(options.model_dir), options.early_stop_patience)
+        if decision:
+            print(stop_line(decision, options.early_stop_patience, options.model_dir),
+                  flush=True)
+            if run_log.training_final_step(options.model_dir) != decision[0]:
                 run_log.append_json_log(options.model_dir, {
-                    'event': 'early_stop', 'step': step, 'patience': options.early_stop_patience})
-    return bool(distributed.broadcast_object(line))
+                    'event': 'early_stop', 'step': decision[0],
+                    'patience': options.early_stop_patience})
+    return bool(distributed.broadcast_object(decision is not None))
 
 
 def warn_if_unused(options):

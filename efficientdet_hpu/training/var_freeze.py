@@ -57,15 +57,21 @@ def check_schedule(expression, steps, multiplier, optimizer='sgd'):
                           'with optimizer %s' % (multiplier, optimizer))
 
 
-def phased(variables, expression, steps):
-    """[bool] per variable: in the freeze phase (matched) when var_freeze_steps > 0; these
-    stay in the optimizer's list (see the module docstring)."""
+def _matched(variables, expression, during):
+    """[bool] per variable: its name re.match-es `expression`; FreezeError when all do."""
     pattern = compile_expression(expression)
     flags = [bool(pattern and pattern.match(v.name)) for v in variables]
     if variables and all(flags):
         raise FreezeError('var_freeze_expr=%r matches all %d trainable variables, so nothing '
-                          'would train in the first %d steps; narrow it' %
-                          (expression, len(variables), steps))
+                          'would train%s; narrow it (e.g. efficientnet for the backbone only)'
+                          % (expression, len(variables), during))
+    return flags
+
+
+def phased(variables, expression, steps):
+    """[bool] per variable: in the freeze phase (matched) when var_freeze_steps > 0; these
+    stay in the optimizer's list (see the module docstring)."""
+    flags = _matched(variables, expression, ' in the first %d steps' % steps)
     logging.info('var_freeze_expr=%r: %d of %d trainable variables frozen until step %d',
                  expression, sum(flags), len(variables), steps)
     return flags
@@ -88,14 +94,10 @@ def trainable(variables, expression):
     """`variables` without those whose name re.match-es `expression` (empty: all kept).
 
     variables: tf.Variable objects (names such as 'efficientnet-lite0/stem/conv2d/kernel:0')."""
-    pattern = compile_expression(expression)
-    if pattern is None:
+    if compile_expression(expression) is None:
         return list(variables)
-    kept = [v for v in variables if not pattern.match(v.name)]
-    if variables and not kept:
-        raise FreezeError('var_freeze_expr=%r matches all %d trainable variables, so nothing '
-                          'would train; narrow it (e.g. efficientnet for the backbone only)'
-                          % (expression, len(variables)))
+    flags = _matched(variables, expression, '')
+    kept = [v for v, frozen in zip(variables, flags) if not frozen]
     logging.info('var_freeze_expr=%r: %d of %d trainable variables frozen', expression,
                  len(variables) - len(kept), len(variables))
     return kept

@@ -139,8 +139,7 @@ def apply(run):
     ckpt wins). Nothing to do once run.model_dir holds a checkpoint: the run restores its own
     (each train_and_eval cycle builds the graph again; the .pth is not converted again and no
     line claims the weights were initialised again)."""
-    if (run.ckpt or run.backbone_ckpt) and run.model_dir and tf.train.latest_checkpoint(
-            run.model_dir):
+    if (run.ckpt or run.backbone_ckpt) and checkpoints.has_checkpoint(run.model_dir):
         logging.debug('warm start skipped: %s holds a checkpoint', run.model_dir)
         return
     if run.ckpt:

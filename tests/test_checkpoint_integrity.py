@@ -100,3 +100,15 @@ def test_reading_a_damaged_checkpoint_names_the_intact_one(model_dir):
     with pytest.raises(CheckpointError, match='pass --checkpoint=%s ' % _prefix(model_dir, 10)):
         checkpoint_integrity.check_for_reading(_prefix(model_dir, 20), 'checkpoint')
     checkpoint_integrity.check_for_reading(_prefix(model_dir, 10), 'checkpoint')
+
+
+def test_a_relative_model_dir_is_read_as_given(model_dir, monkeypatch):
+    # `make demo` trains into runs/demo: a rerun (resume) or predict --model_dir=runs/demo
+    # must find its checkpoints, not runs/demo/runs/demo/model.ckpt-N.
+    monkeypatch.chdir(os.path.dirname(model_dir))
+    relative = os.path.basename(model_dir)
+    assert checkpoint_integrity.listed_checkpoints(relative) == [
+        os.path.join(relative, 'model.ckpt-20'), os.path.join(relative, 'model.ckpt-10')]
+    checkpoint_integrity.check_for_reading(os.path.join(relative, 'model.ckpt-20'), 'ckpt')
+    assert checkpoint_integrity.newest_intact(relative) == (
+        os.path.join(relative, 'model.ckpt-20'), [])

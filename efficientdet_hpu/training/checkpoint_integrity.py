@@ -57,9 +57,10 @@ def listed_checkpoints(model_dir):
         return []
     if state is None or not state.model_checkpoint_path:
         return []
+    # get_checkpoint_state already puts model_dir before the file's relative paths (joining
+    # again gave runs/demo/runs/demo/model.ckpt-N for a relative --model_dir).
     listed = [state.model_checkpoint_path] + list(reversed(state.all_model_checkpoint_paths))
-    absolute = [p if os.path.isabs(p) else os.path.join(model_dir, p) for p in listed]
-    return list(dict.fromkeys(absolute))
+    return list(dict.fromkeys(listed))
 
 
 def _missing_tensors(prefix, older):

@@ -3,9 +3,12 @@
 
 Plain functions imported by the test modules; fixtures live in conftest.py.
 """
+import contextlib
 import os
 import subprocess
 import sys
+
+from efficientdet_hpu.core import processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -14,13 +17,50 @@ TINY_HPARAMS = ('image_size=128,min_level=3,max_level=5,fpn_num_filters=16,'
                 'fpn_cell_repeats=1,box_class_repeats=1,jitter_min=0.9,jitter_max=1.1')
 
 
-def run_python(args, timeout=600, env=None, cwd=REPO):
-    """Runs `python args...` with the test interpreter; returns CompletedProcess (text, stderr
-    merged into stdout)."""
+def run_process(command, timeout, env=None, cwd=REPO, stdin=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT, input=None):  # pylint: disable=redefined-builtin
+    """Runs `command` (a list) under a deadline (core/processes.py): past `timeout` seconds
+    its whole process group is killed and subprocess.TimeoutExpired raised with the output so
+    far. Returns CompletedProcess (text; stderr merged into stdout unless
+    stderr=subprocess.PIPE)."""
+    return processes.run(command, timeout, cwd=cwd, env=env, stdin=stdin, stderr=stderr,
+                         input=input)
+
+
+@contextlib.contextmanager
+def started(command, env=None, cwd=REPO, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+            wait_seconds=30):
+    """Popen of `command` (text mode) in a session of its own, for a test that signals or
+    watches a running process; on leaving the block the whole process group is killed and the
+    process reaped within `wait_seconds`."""
+    process = subprocess.Popen(list(command), cwd=cwd, env=env, stdin=stdin, stdout=stdout,
+                               stderr=stderr, text=True, start_new_session=True)
+    try:
+        yield process
+    finally:
+        kill_group(process)
+        try:
+            process.wait(wait_seconds)
+        finally:
+            for stream in (process.stdin, process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+def kill_group(process):
+    """SIGKILLs the process group of `process` (started by `started`)."""
+    processes.kill_group(process.pid)
+
+
+def python_env(env=None):
     full_env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
     full_env.update(env or {})
-    return subprocess.run([sys.executable] + list(args), cwd=cwd, env=full_env, timeout=timeout,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return full_env
+
+
+def run_python(args, timeout=600, env=None, cwd=REPO):
+    """Runs `python args...` with the test interpreter under run_process's deadline."""
+    return run_process([sys.executable] + list(args), timeout, env=python_env(env), cwd=cwd)
 
 
 def run_main(flags, timeout=600, env=None):

@@ -14,11 +14,14 @@ not make its tests slow. `make test-fast` runs the rest (`-m "not slow"`) in abo
 on 2 cores.
 """
 import concurrent.futures
+import threading
 
 import pytest
 
 import session_cache
 from cli_runs import run_main, run_python, tiny_flags
+
+pytest_plugins = ['deadlines']  # A deadline per test, every thread's stack when it passes.
 
 # Fixtures that start slow processes: the training runs here, test_training.py's own
 # train_and_eval run, test_runtime.py's mpirun probe, test_verify_tfrecords.py's CLI run. A
@@ -32,6 +35,19 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def no_library_thread_outlives_its_test():
+    """The library names its threads 'efficientdet:...' (the model_dir lock's refresher): each
+    is stopped by its owner (Run.close(), a `with`), so none may still run after a test."""
+    def library_threads():
+        return {thread for thread in threading.enumerate()
+                if thread.name.startswith('efficientdet:') and thread.is_alive()}
+    before = library_threads()
+    yield
+    left = sorted(thread.name for thread in library_threads() - before)
+    assert not left, 'library threads still running after the test: %s' % left
 
 
 def _shared_read_only(tmp_path_factory, name, build):

@@ -9,6 +9,9 @@ RESULT_PREFIX = 'BENCHMARK '
 # The repository root: benchmark subprocesses (bench.py, main.py) run from here, as a user
 # types them (the benchmarks run from a checkout).
 REPO = compat.PACKAGE_PARENT
+# The deadline of one benchmark command (a few hundred steps of a full-size model on a CPU
+# take minutes; past this it is stuck, and is stopped with its whole process group).
+STEP_SECONDS = 3 * 3600
 
 
 class BenchError(UserError, ValueError):

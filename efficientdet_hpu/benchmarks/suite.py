@@ -18,6 +18,7 @@ import tempfile
 
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import processes
 
 # google/automl efficientdet (TF2) measured on this 2-core machine, for comparison.
 REFERENCE = {
@@ -43,9 +44,7 @@ def _run_bench(args):
     load = os.getloadavg()[0]
     command = [sys.executable, 'bench.py'] + args
     print('$ ' + ' '.join(command), flush=True)
-    result = subprocess.run(command, cwd=report.REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    result = _run(command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     print(result.stdout[-4000:], flush=True)
     parsed = report.parse_result_lines(result.stdout)
     if result.returncode != 0 or not parsed:
@@ -63,8 +62,20 @@ def _make_records(directory, num_images):
                '--object_annotations_file=%s' % os.path.join(directory, 'annotations',
                                                              'instances_train.json'),
                '--output_file_prefix=%s' % prefix, '--num_shards=4']
-    subprocess.run(command, cwd=report.REPO, check=True, stdout=subprocess.DEVNULL)
+    result = _run(command)
+    if result.returncode != 0:
+        raise SuiteError('`%s` failed (exit %d):\n%s' % (' '.join(command), result.returncode,
+                                                          result.stdout[-3000:]))
     return prefix + '-*.tfrecord'
+
+
+def _run(command, env=None):
+    """One step of the suite, under report.STEP_SECONDS' deadline."""
+    try:
+        return processes.run(command, report.STEP_SECONDS, cwd=report.REPO, env=env)
+    except subprocess.TimeoutExpired:
+        raise SuiteError('`%s` did not end in %d s; it was stopped' % (
+            ' '.join(command), report.STEP_SECONDS)) from None
 
 
 def machine_info():

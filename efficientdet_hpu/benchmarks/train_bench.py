@@ -7,7 +7,9 @@ import sys
 import tempfile
 
 from efficientdet_hpu.benchmarks import profile_summary
-from efficientdet_hpu.benchmarks.report import REPO, BenchError, parse_result_lines
+from efficientdet_hpu.benchmarks.report import REPO, STEP_SECONDS, BenchError
+from efficientdet_hpu.benchmarks.report import parse_result_lines
+from efficientdet_hpu.core import processes
 
 TRAIN_COLUMNS = (('batch/rank', 'batch_per_rank', '%d'), ('ranks', 'ranks', '%d'),
                  ('global batch', 'global_batch', '%d'),
@@ -87,9 +89,11 @@ def run_train_benchmark(batch_sizes, steps, warmup, onednn=True, **command_optio
         with tempfile.TemporaryDirectory(prefix='bench-train-') as model_dir:
             command = train_command(batch_size, model_dir, steps, warmup, **command_options)
             print('$ ' + ' '.join(command), flush=True)
-            result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True,
-                                    env=child_env(onednn))
+            try:
+                result = processes.run(command, STEP_SECONDS, cwd=REPO, env=child_env(onednn))
+            except subprocess.TimeoutExpired:
+                raise BenchError('training benchmark at batch %d did not end in %d s; it was '
+                                 'stopped: %s' % (batch_size, STEP_SECONDS, ' '.join(command)))
             split = step_split(model_dir) if result.returncode == 0 else {}
         per_rank = parse_result_lines(result.stdout)
         if result.returncode != 0 or not per_rank:

@@ -127,7 +127,11 @@ def main(argv):
     try:
         legacy_flags.check_tpu_era_flags(FLAGS)
         options, config, explicit_keys = resolve()
-        return loops.execute(run_setup.prepare(options, config, explicit_keys))
+        run = run_setup.prepare(options, config, explicit_keys)
+        try:
+            return loops.execute(run)
+        finally:
+            run.close()
     except preemption.Stopped as stop:  # Not an error: the work is kept; status 128+N.
         if distributed.is_main():
             print('main.py: %s' % stop, file=sys.stderr, flush=True)

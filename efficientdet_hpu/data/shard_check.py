@@ -8,11 +8,11 @@ as the input pipeline will read it (dataset/record_check.py).
 """
 import dataclasses
 import math
-import multiprocessing
 from typing import Callable, Iterable, List, Optional
 
 import tensorflow as tf
 
+from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.data import record_check
 from efficientdet_hpu.data import tfrecord_framing as framing
 
@@ -135,14 +135,11 @@ def _merge(reports: dict, results: Iterable[ChunkResult], on_progress) -> None:
 
 
 def _run_chunks(jobs: List[ChunkJob], num_workers: int) -> Iterable[ChunkResult]:
-    """check_chunk over jobs, in this process or on a pool of num_workers; any order."""
-    if num_workers == 1:
-        yield from map(check_chunk, jobs)
-        return
-    # 'spawn': a forked child of a process that already runs TensorFlow can hang.
-    with multiprocessing.get_context('spawn').Pool(num_workers, initializer=_init_worker) as pool:
-        yield from pool.imap_unordered(check_chunk, jobs)
-    # Leaving the `with` terminates the pool, also after an error.
+    """check_chunk over jobs, in this process or on num_workers worker processes the code
+    owns (core/worker_pool.py); any order."""
+    initializer = _init_worker if num_workers > 1 else None
+    yield from worker_pool.run_unordered(check_chunk, jobs, num_workers, initializer=initializer,
+                                         name='record checker')
 
 
 def verify_shards(paths: List[str], labels: record_check.LabelSpace, box_tolerance: float,

@@ -21,7 +21,6 @@ any ids; `category_id` keeps each category id as its label with 90 classes, goog
 COCO layout, so automl's COCO checkpoints fit with their class head (ids 1..90 only).
 """
 import dataclasses
-import multiprocessing
 import os
 import re
 import sys
@@ -35,6 +34,7 @@ import tensorflow as tf
 
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.data import tfrecord_format
 from efficientdet_hpu.data.coco_annotations import ConversionError
@@ -43,8 +43,6 @@ from efficientdet_hpu.data.image_codec import encode_jpeg
 from efficientdet_hpu.datatools import tiled_dataset
 
 FLAGS = flags.FLAGS
-_PROGRESS_COUNTER = None  # multiprocessing.Value shared with the workers; see _init_worker.
-_ON_PROGRESS = None  # In-process runs only: called with the images done after each image.
 
 
 def define_flags():
@@ -139,11 +137,6 @@ class ProgressBar:
         self._stream.flush()
 
 
-def _init_worker(counter, on_progress=None) -> None:
-    global _PROGRESS_COUNTER, _ON_PROGRESS
-    _PROGRESS_COUNTER, _ON_PROGRESS = counter, on_progress
-
-
 def write_shard(job) -> int:
     """Encodes the images of one shard into its temporary file; returns the image count."""
     temp_path, records, json_path = job
@@ -161,36 +154,16 @@ def write_shard(job) -> int:
                 tile_origin=record.tile[:2] if record.tile else None,
                 tile_source_id=record.source_id)
             writer.write(example.SerializeToString())
-            with _PROGRESS_COUNTER.get_lock():
-                _PROGRESS_COUNTER.value += 1
-            if _ON_PROGRESS is not None:
-                _ON_PROGRESS(_PROGRESS_COUNTER.value)
+            worker_pool.tick()
     return len(records)
 
 
 def _run_jobs(jobs: list, num_processes: int, progress: ProgressBar) -> None:
-    """Runs write_shard over jobs; the first worker error is re-raised immediately."""
-    # 'spawn', not 'fork': a forked child of a process that already runs TensorFlow can hang.
-    context = multiprocessing.get_context('spawn')
-    counter = context.Value('q', 0)
-    if num_processes == 1:
-        _init_worker(counter, progress.update)
-        try:
-            for job in jobs:
-                write_shard(job)
-        finally:
-            _init_worker(None)
-        return
-    with context.Pool(num_processes, initializer=_init_worker, initargs=(counter,)) as pool:
-        results = pool.imap_unordered(write_shard, jobs)
-        for _ in range(len(jobs)):
-            while True:
-                try:
-                    results.next(timeout=0.25)
-                    break
-                except multiprocessing.TimeoutError:
-                    progress.update(counter.value)
-        # Leaving the `with` terminates the pool, also when a worker raised.
+    """Runs write_shard over jobs on worker processes the code owns (core/worker_pool.py): the
+    first worker error stops the others and is raised here within seconds."""
+    for _ in worker_pool.run_unordered(write_shard, jobs, num_processes,
+                                       on_progress=progress.update, name='converter worker'):
+        pass
 
 
 def _remove_quietly(paths) -> None:
@@ -346,7 +319,7 @@ def main(argv) -> None:
                           show_progress=True, label_layout=FLAGS.label_layout,
                           tile_size=FLAGS.tile_size, tile_overlap=FLAGS.tile_overlap,
                           tile_min_visible=FLAGS.tile_min_visible)
-    except ConversionError as error:
+    except (ConversionError, worker_pool.WorkerFailure) as error:
         sys.exit(cli.fail('create_coco_tfrecord', error, FLAGS.verbose))
     except Exception as error:  # pylint: disable=broad-except
         message = cli.disk_full_message(

@@ -23,6 +23,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import tensorflow as tf
 
+from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.core.cli import UserError, fail
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.data import shard_check
@@ -251,7 +252,7 @@ def main(argv) -> None:
         labels = resolve_labels(file_pattern, FLAGS.label_map, FLAGS.val_json_file,
                                 FLAGS.num_classes)
         status = run(shards, labels, FLAGS.num_workers, FLAGS.box_tolerance)
-    except UsageError as error:
+    except (UsageError, worker_pool.WorkerFailure) as error:
         _usage_error(str(error))
     sys.exit(status)
 

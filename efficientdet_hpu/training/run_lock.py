@@ -12,6 +12,7 @@ Otherwise the job is gone (killed, its node lost) and the lock is taken over wit
 Evaluation (`--mode=eval`) takes no lock: an evaluator beside the training job is a
 documented use. Plain Python, no TensorFlow.
 """
+import contextlib
 import json
 import os
 import socket
@@ -27,6 +28,8 @@ from efficientdet_hpu.core.cli import UserError
 LOCK_NAME = '.lock'
 HEARTBEAT_SECONDS = 30
 STALE_SECONDS = 300  # 10 missed refreshes: the holder on another host is gone.
+JOIN_SECONDS = 10  # The refresher wakes at once when stopped; an utime on a hung NFS may not.
+THREAD_NAME = 'efficientdet:model_dir-lock'  # tests/conftest.py: no such thread outlives a test.
 
 
 class ModelDirLockedError(UserError, RuntimeError):
@@ -72,7 +75,9 @@ def holder_alive(record, refreshed_age, host=None, boot_id=None):
 
 
 class ModelDirLock:
-    """The lock of one model_dir held by this process: acquire() at start, release() at end."""
+    """The lock of one model_dir held by this process: acquire() at start, release() at end
+    (also as `with ModelDirLock(model_dir):`). release() stops and joins the refresher thread,
+    so nothing of the lock outlives its holder in a long-lived process."""
 
     def __init__(self, model_dir):
         self.path = os.path.join(model_dir, LOCK_NAME)
@@ -80,6 +85,14 @@ class ModelDirLock:
                            boot_id=_boot_id(), start_tick=process_start_tick(os.getpid()),
                            token=uuid.uuid4().hex)
         self._stop = threading.Event()
+        self._refresher = None
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.release()
 
     def acquire(self):
         """Takes the lock, or raises ModelDirLockedError naming the live holder."""
@@ -95,7 +108,9 @@ class ModelDirLock:
                                                                    self.path))
         finally:
             atomic_file.discard(temporary)
-        threading.Thread(target=self._refresh, daemon=True, name='model_dir-lock').start()
+        self._refresher = threading.Thread(target=self._refresh, daemon=True,
+                                           name=THREAD_NAME)
+        self._refresher.start()
 
     def _link(self, temporary):
         """One try: True once the lock is ours; False when a gone holder's lock was moved
@@ -144,7 +159,23 @@ class ModelDirLock:
                     pass
 
     def release(self):
-        """Removes the lock if it is still this process's."""
+        """Stops the refresher (joined with a deadline) and removes the lock if it is still
+        this process's. Idempotent."""
         self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join(JOIN_SECONDS)
+            self._refresher = None
         if self._owned():
             atomic_file.discard(self.path)
+
+
+@contextlib.contextmanager
+def released_on_error(lock):
+    """Releases `lock` (a ModelDirLock or None) when the block raises: a run that fails to
+    start holds nothing."""
+    try:
+        yield
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise

@@ -46,6 +46,12 @@ class Run:
     total_steps: int
     train_skip: object = None  # training.data_faults.SkipList with --skip_bad_records.
     eval_skip: object = None
+    lock: object = None  # training.run_lock.ModelDirLock of a training job's rank 0.
+
+    def close(self):
+        """Ends what the run holds (the model_dir lock and its refresher); idempotent."""
+        if self.lock is not None:
+            self.lock.release()
 
 
 def _check_pattern(flag_name, pattern):
@@ -191,24 +197,28 @@ def _prepare_model_dir(options, config, label_map, schedule):
     """Rank 0, before anything is built: the model_dir fits the model, a training job holds
     its lock (an evaluator beside it takes none) and sets a damaged newest checkpoint aside
     (training/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
-    schedule are written."""
+    schedule are written. Returns the lock (None for an evaluator)."""
     _check_model_dir(options.model_dir, config)
-    trains = options.mode != 'eval'
-    if trains:
-        _hold_model_dir(options.model_dir)
+    if options.mode == 'eval':
+        _write_run_files(options.model_dir, config, options, label_map)
+        return None
+    lock = _hold_model_dir(options.model_dir)
+    with run_lock.released_on_error(lock):
         recovered = checkpoint_integrity.recover(options.model_dir)
         if recovered:
             logging.warning(recovered)
-    _write_run_files(options.model_dir, config, options, label_map)
-    if trains:
+        _write_run_files(options.model_dir, config, options, label_map)
         _note_schedule(options.model_dir, schedule)
+    return lock
 
 
 def _hold_model_dir(model_dir):
-    """model_dir/.lock for this job, removed when the process ends (training/run_lock.py)."""
+    """model_dir/.lock for this job (training/run_lock.py): Run.close() removes it when the
+    run ends, atexit when the process ends first."""
     lock = run_lock.ModelDirLock(model_dir)
     lock.acquire()
     atexit.register(lock.release)
+    return lock
 
 
 def _note_schedule(model_dir, schedule):
@@ -347,31 +357,34 @@ def prepare(options, config, explicit_keys):
     if options.deterministic:
         os.environ['TF_DETERMINISTIC_OPS'] = '1'
     seed = options.seed if options.seed is not None else (0 if options.deterministic else None)
+    lock = None
     if distributed.is_main():
-        _prepare_model_dir(options, config, label_map, resume_check.schedule(
+        lock = _prepare_model_dir(options, config, label_map, resume_check.schedule(
             world, per_rank_batch, global_batch, config.learning_rate * global_batch /
             float(config.lr_base_batch_size), steps_per_epoch, total_steps))
-    params = model_params.RunParams(
-        batch_size=per_rank_batch, global_batch_size=global_batch,
-        steps_per_epoch=steps_per_epoch, total_steps=total_steps, seed=seed,
-        backbone_ckpt=options.backbone_ckpt, ckpt=options.ckpt,
-        compute_dtype=(distributed.mixed_precision_dtype(device) if config.mixed_precision
-                       else 'float32'),
-        # Synchronised batch norm only means something with more than one rank.
-        cross_rank_batch_norm=bool(config.sync_batch_norm and world > 1),
-        accumulation_steps=accumulated, model_dir=options.model_dir)
-    logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
-                             steps_per_epoch, params))
-    rise = det_model_fn.cosine_rise_warning(config, steps_per_epoch, total_steps)
-    if rise and options.mode != 'eval' and distributed.is_main():
-        logging.warning(rise)
-    if options.mode != 'eval' and not options.save_graph_def and distributed.is_main():
-        # automl's and Habana's model_dirs have them (a plain Estimator writes them; D0: ~10 s).
-        logging.info('no graph.pbtxt or .meta graph files in model_dir (--save_graph_def '
-                     'writes them)')
-    estimator = _build_estimator(options, model_params.to_estimator(config, params), device)
-    return Run(options, config, params, estimator, label_map,
-               steps_per_epoch, total_steps, *_skip_lists(options, config))
+    with run_lock.released_on_error(lock):
+        params = model_params.RunParams(
+            batch_size=per_rank_batch, global_batch_size=global_batch,
+            steps_per_epoch=steps_per_epoch, total_steps=total_steps, seed=seed,
+            backbone_ckpt=options.backbone_ckpt, ckpt=options.ckpt,
+            compute_dtype=(distributed.mixed_precision_dtype(device) if config.mixed_precision
+                           else 'float32'),
+            # Synchronised batch norm only means something with more than one rank.
+            cross_rank_batch_norm=bool(config.sync_batch_norm and world > 1),
+            accumulation_steps=accumulated, model_dir=options.model_dir)
+        logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
+                                 steps_per_epoch, params))
+        rise = det_model_fn.cosine_rise_warning(config, steps_per_epoch, total_steps)
+        if rise and options.mode != 'eval' and distributed.is_main():
+            logging.warning(rise)
+        if options.mode != 'eval' and not options.save_graph_def and distributed.is_main():
+            # automl's and Habana's model_dirs have them (a plain Estimator writes them;
+            # D0: ~10 s).
+            logging.info('no graph.pbtxt or .meta graph files in model_dir (--save_graph_def '
+                         'writes them)')
+        estimator = _build_estimator(options, model_params.to_estimator(config, params), device)
+        return Run(options, config, params, estimator, label_map,
+                   steps_per_epoch, total_steps, *_skip_lists(options, config), lock=lock)
 
 
 def _skip_lists(options, config):

@@ -1,0 +1,46 @@
+"""core/processes.py: a child and everything it starts end together, at the deadline or after."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from efficientdet_hpu.core import processes
+
+
+def _gone(pid, seconds=5):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open('/proc/%d/stat' % pid) as stream:
+            if stream.read().rsplit(')', 1)[1].split()[0] == 'Z':
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def test_output_and_status_of_a_command():
+    result = processes.run(['sh', '-c', 'echo out; echo err >&2; exit 3'], timeout=30)
+    assert (result.returncode, result.stdout) == (3, 'out\nerr\n')
+    result = processes.run(['sh', '-c', 'cat; echo err >&2'], timeout=30,
+                           stderr=subprocess.PIPE, input='in\n')
+    assert (result.stdout, result.stderr) == ('in\n', 'err\n')
+
+
+def test_the_deadline_ends_a_grandchild_that_holds_the_pipe():
+    """subprocess.run's own timeout would wait for the backgrounded sleep: it keeps stdout."""
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        processes.run(['sh', '-c', 'sleep 120 & echo $!; wait'], timeout=2)
+    assert time.monotonic() - start < 20
+    grandchild = int(raised.value.output.split()[0])
+    assert _gone(grandchild)
+
+
+def test_what_a_finished_command_left_running_is_ended():
+    result = processes.run(['sh', '-c', 'sleep 120 >/dev/null 2>&1 & echo $!'], timeout=30)
+    assert result.returncode == 0
+    assert _gone(int(result.stdout.split()[0]))

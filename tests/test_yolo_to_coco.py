@@ -132,6 +132,19 @@ def test_data_yaml_list_and_dict_names_and_splits(tmp_path, names_yaml):
         (3, [5.0, 2.5, 10.0, 5.0])]
 
 
+def test_roboflow_data_yaml_dot_dot_paths(tmp_path):
+    # Roboflow's export: data.yaml beside train/images and train/labels, `train: ../train/images`;
+    # Ultralytics reads a '../x' that does not exist as 'x'.
+    _image(tmp_path / 'train' / 'images' / 'r.jpg', (20, 20))
+    _labels(tmp_path / 'train' / 'labels' / 'r.txt', ['0 0.5 0.5 0.5 0.5'])
+    (tmp_path / 'data.yaml').write_text(
+        'train: ../train/images\nval: ../valid/images\nnc: 1\nnames: [cat]\n')
+    names, train_dir = yolo_to_coco.read_data_yaml(str(tmp_path / 'data.yaml'), 'train')
+    assert train_dir == str(tmp_path / 'train' / 'images')
+    coco = yolo_to_coco.convert(train_dir, names, str(tmp_path / 'o.json'))
+    assert [a['bbox'] for a in coco['annotations']] == [[5.0, 5.0, 10.0, 10.0]]
+
+
 @pytest.mark.parametrize('text, message', [
     ('names: {0: cat, 2: bird}', 'names: has the indices [0, 2]; they must be 0..1'),
     ('nc: 4\nnames: [cat, dog, bird]', 'nc: 4 but names: has 3 entries'),

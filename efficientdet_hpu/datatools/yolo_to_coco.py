@@ -16,7 +16,8 @@ is kept as a negative.
 Names: a classes.txt / obj.names file (one name per line), or an Ultralytics data.yaml whose
 `names:` is a list or an {index: name} dict; its `train:` / `val:` directory (--split) is the
 image directory, relative to its `path:` (itself relative to the YAML's directory; absent: the
-YAML's directory). Category ids are class index + 1 (1..N), names in index order.
+YAML's directory); as in Ultralytics, a `../x` that does not exist is read as `x` (Roboflow's
+exports). Category ids are class index + 1 (1..N), names in index order.
 
 Boxes: COCO [x, y, w, h] = [(cx - w/2) * W, (cy - h/2) * H, w * W, h * H] in pixels of the
 image as stored (W x H read from the file: the size the converter checks), clipped to the
@@ -98,7 +99,11 @@ def read_data_yaml(path: str, split: str) -> Tuple[List[str], str]:
         raise YoloError('%s: %s: is %r; give one image directory there, or pass '
                         '--image_dir=DIR' % (path, split, entry))
     root = os.path.join(os.path.dirname(os.path.abspath(path)), str(data.get('path') or ''))
-    return names, os.path.normpath(os.path.join(root, entry))
+    image_dir = os.path.normpath(os.path.join(root, entry))
+    if not os.path.isdir(image_dir) and entry.startswith('../'):
+        # Roboflow writes `train: ../train/images` beside train/; Ultralytics then drops '../'.
+        image_dir = os.path.normpath(os.path.join(root, entry[3:]))
+    return names, image_dir
 
 
 def image_files(image_dir: str) -> List[str]:

@@ -1,7 +1,13 @@
-"""Builds an EfficientDet graph (never runs it) and prints one JSON line describing it.
+"""Builds an EfficientDet graph (never runs it) and prints one JSON line describing it; with
+--runmode, google/automl's run modes (export, inference, benchmark: cli/inspect_modes.py).
 
     python model_inspect.py --model_name=efficientdet-d3 [--image_size=640x384]
         [--hparams=fpn_num_filters=128,...] [--num_classes=90]
+    python model_inspect.py --runmode=saved_model --ckpt_path=DIR --saved_model_dir=DIR
+    python model_inspect.py --runmode=infer --ckpt_path=DIR --input_image=IMG --output_image_dir=DIR
+
+Without --runmode this counts parameters; automl's default runmode is `dry` (build, run once
+with random weights and save a checkpoint to --logdir), which is not carried.
 
 Output keys: model_name, image_size [h, w], params (trainable variables, the papers'
 convention), flops (multiply-adds, i.e. half the floating-point operations of a batch-1
@@ -19,6 +25,7 @@ from absl import app
 from absl import flags
 from tensorflow.python.framework import ops as tf_ops  # get_stats_for_node_def: no public API.
 
+from efficientdet_hpu.cli import inspect_modes
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core import cli
@@ -36,6 +43,7 @@ def define_flags():
                         'default: the variant\'s size.')
     flags.DEFINE_string('hparams', '', "Overrides 'a=1,b=2' and/or a YAML file.")
     flags.DEFINE_integer('num_classes', None, 'Number of classes (default: the config, 90).')
+    inspect_modes.define_flags()
 
 
 def resolve_config(model_name, image_size=None, hparams='', num_classes=None):
@@ -93,7 +101,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s' % argv[1:])
     tf_env.quiet_python_logging()  # Keep stdout/stderr to the one JSON line or an error.
+    if FLAGS.runmode is not None:
+        return inspect_modes.run(FLAGS.runmode)
     try:
+        inspect_modes.check_flags(None)
         config = resolve_config(FLAGS.model_name, FLAGS.image_size, FLAGS.hparams,
                                 FLAGS.num_classes)
     except cli.UserError as error:

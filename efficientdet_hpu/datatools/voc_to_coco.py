@@ -99,20 +99,42 @@ def coco_box(xmin: int, ymin: int, xmax: int, ymax: int) -> List[int]:
     return [xmin - 1, ymin - 1, xmax - xmin + 1, ymax - ymin + 1]
 
 
+def read_image_size(path: str, error_class=None, where: str = '') -> tuple:
+    """(width, height) of the stored pixels, as the converter reads them (no EXIF rotation);
+    an unreadable file raises error_class (default VocError) with `where` before the message."""
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except (OSError, Image.DecompressionBombError) as error:
+        raise (error_class or VocError)('%simage %s cannot be read (%s); fix or remove it' %
+                                        (where, path, error)) from None
+
+
 def check_image(voc: VocImage, image_dir: str) -> None:
     """Raises VocError when the image is missing or its size differs from the XML's <size>."""
     path = os.path.join(image_dir, voc.file_name)
     if not os.path.isfile(path):
         raise VocError('%s: image %r is not in --image_dir=%s; put it there or pass the '
                        'directory that holds it' % (voc.xml_path, voc.file_name, image_dir))
-    try:
-        with Image.open(path) as image:
-            size = image.size
-    except (OSError, Image.DecompressionBombError) as error:
-        raise VocError('%s: image %s cannot be read (%s)' % (voc.xml_path, path, error)) from None
+    size = read_image_size(path, VocError, voc.xml_path + ': ')
     if size != (voc.width, voc.height):
         raise VocError('%s: <size> says %dx%d but %s is %dx%d; fix the XML <size>' %
                        (voc.xml_path, voc.width, voc.height, path, size[0], size[1]))
+
+
+def coco_instances(images: Sequence[tuple], categories: Sequence[Dict]) -> Dict:
+    """The COCO instances dict of images [(file_name, width, height, [(category_id, [x, y,
+    w, h]), ...])]: image ids 1..M and annotation ids 1..K in the given order."""
+    coco = {'images': [], 'annotations': [], 'categories': list(categories)}
+    for image_id, (file_name, width, height, boxes) in enumerate(images, start=1):
+        coco['images'].append({'id': image_id, 'file_name': file_name,
+                               'width': width, 'height': height})
+        for category_id, box in boxes:
+            coco['annotations'].append({
+                'id': len(coco['annotations']) + 1, 'image_id': image_id,
+                'category_id': category_id, 'bbox': box,
+                'area': round(box[2] * box[3], 6), 'iscrowd': 0})
+    return coco
 
 
 def coco_dataset(images: Sequence[VocImage], single_class: Optional[str] = None) -> Dict:
@@ -124,17 +146,10 @@ def coco_dataset(images: Sequence[VocImage], single_class: Optional[str] = None)
     else:
         category_of = {name: i + 1 for i, name in enumerate(names)}
         categories = [{'id': i, 'name': name} for name, i in category_of.items()]
-    coco = {'images': [], 'annotations': [], 'categories': categories}
-    for image_id, voc in enumerate(images, start=1):
-        coco['images'].append({'id': image_id, 'file_name': voc.file_name,
-                               'width': voc.width, 'height': voc.height})
-        for label, *coords in voc.boxes:
-            box = coco_box(*coords)
-            coco['annotations'].append({
-                'id': len(coco['annotations']) + 1, 'image_id': image_id,
-                'category_id': category_of[label], 'bbox': box,
-                'area': box[2] * box[3], 'iscrowd': 0})
-    return coco
+    return coco_instances(
+        [(voc.file_name, voc.width, voc.height,
+          [(category_of[label], coco_box(*coords)) for label, *coords in voc.boxes])
+         for voc in images], categories)
 
 
 def xml_files(xml_dir: str, include: Sequence[str] = ()) -> List[str]:

@@ -20,7 +20,7 @@ TINY_HPARAMS = ('image_size=128,min_level=3,max_level=5,fpn_num_filters=16,'
 def run_process(command, timeout, env=None, cwd=REPO, stdin=subprocess.DEVNULL,
                 stderr=subprocess.STDOUT, input=None):  # pylint: disable=redefined-builtin
     """Runs `command` (a list) under a deadline (core/processes.py): past `timeout` seconds
-    its whole process group is killed and subprocess.TimeoutExpired raised with the output so
+    its whole session is killed and subprocess.TimeoutExpired raised with the output so
     far. Returns CompletedProcess (text; stderr merged into stdout unless
     stderr=subprocess.PIPE)."""
     return processes.run(command, timeout, cwd=cwd, env=env, stdin=stdin, stderr=stderr,
@@ -31,8 +31,8 @@ def run_process(command, timeout, env=None, cwd=REPO, stdin=subprocess.DEVNULL,
 def started(command, env=None, cwd=REPO, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
             wait_seconds=30):
     """Popen of `command` (text mode) in a session of its own, for a test that signals or
-    watches a running process; on leaving the block the whole process group is killed and the
-    process reaped within `wait_seconds`."""
+    watches a running process; on leaving the block every process of its session is killed and
+    the process reaped within `wait_seconds`."""
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdin=stdin, stdout=stdout,
                                stderr=stderr, text=True, start_new_session=True)
     try:
@@ -48,8 +48,9 @@ def started(command, env=None, cwd=REPO, stdin=subprocess.DEVNULL, stdout=None, 
 
 
 def kill_group(process):
-    """SIGKILLs the process group of `process` (started by `started`)."""
-    processes.kill_group(process.pid)
+    """SIGKILLs every process of the session of `process` (started by `started`): mpirun's
+    ranks too, which Open MPI puts in process groups of their own."""
+    processes.kill_session(process.pid)
 
 
 def python_env(env=None):

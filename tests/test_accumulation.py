@@ -3,14 +3,13 @@
 and under a real mpirun -np 2; the schedule follows the global batch; float16 overflows in any
 micro-batch skip the step; the batch arithmetic's errors are one line."""
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_main
+from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_main, run_process
 from efficientdet_hpu.config import hparams_config, model_params
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.data import dataloader
@@ -138,6 +137,8 @@ def test_learning_rate_schedule_follows_the_global_batch(tmp_path):
         runs.append(run_setup.prepare(options, config, set()))
     for run in runs:
         assert (run.params.global_batch_size, run.steps_per_epoch, run.total_steps) == (8, 8, 32)
+    for run in runs:
+        run.close()  # The model_dir locks and their refresher threads (tests/conftest.py).
     checkpoints = [0, 8, 20, 32]  # warm-up: 1 epoch of 8 steps; 4 epochs.
     big, accumulated = (_learning_rates(run, checkpoints) for run in runs)
     np.testing.assert_allclose(accumulated, big, rtol=1e-6)
@@ -209,9 +210,8 @@ def test_two_ranks_of_two_micro_batches_of_two_equal_one_process_of_eight(one_ba
     env.update(PYTHONPATH=REPO + os.pathsep + env.get('PYTHONPATH', ''), TF_CPP_MIN_LOG_LEVEL='2')
     command = ['mpirun', '--allow-run-as-root', '-np', '2', sys.executable, PROBE,
                one_batch_step['batch'], one_batch_step['checkpoint'], str(out_dir)]
-    result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True,
-                            timeout=600, check=False)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    result = run_process(command, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-6000:]
     per_rank = [dict(np.load(out_dir / ('rank%d.npz' % rank))) for rank in (0, 1)]
     for got in per_rank:
         _assert_same_step(got, one_batch_step['after'], one_batch_step['initial'])

@@ -13,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 import session_cache
-from cli_runs import (REPO, TINY_HPARAMS, assert_one_line_error, run_main, run_python,
+from cli_runs import (TINY_HPARAMS, assert_one_line_error, run_main, run_python, started,
                       tiny_flags)
-from test_distributed_resume import _kill_tree, _wait_until
+from test_distributed_resume import _wait_until
 
 pytestmark = pytest.mark.slow  # main.py and inference.py processes.
 
@@ -102,11 +102,9 @@ def test_a_second_job_on_a_held_model_dir_is_refused_naming_the_first(tiny_datas
     model_dir = str(tmp_path / 'model')
     flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1000')
     log_path = str(tmp_path / 'first.log')
-    with open(log_path, 'w') as log:
-        first = subprocess.Popen([sys.executable, 'main.py'] + flags, cwd=REPO, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
-    try:
+    with open(log_path, 'w') as log, started(
+            [sys.executable, 'main.py'] + flags, stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')) as first:
         assert _wait_until(lambda: 'step 2/' in open(log_path).read()
                            or first.poll() is not None, 600), open(log_path).read()[-3000:]
         second = run_main(flags)
@@ -115,6 +113,4 @@ def test_a_second_job_on_a_held_model_dir_is_refused_naming_the_first(tiny_datas
                                                         first.pid), 'wait for it to end')
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 128 + signal.SIGTERM, open(log_path).read()[-3000:]
-    finally:
-        _kill_tree(first, [])
     assert not os.path.exists(os.path.join(model_dir, '.lock'))

@@ -21,7 +21,7 @@ from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data.coco_annotations import ConversionError
 from efficientdet_hpu.datatools import create_coco_tfrecord
 from efficientdet_hpu.datatools import synthetic_coco
-from cli_runs import assert_one_line_error
+from cli_runs import assert_one_line_error, run_process
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIPPED_BOXES = {'malformed': 2, 'degenerate': 1, 'outside': 1, 'crowd': 0}
@@ -298,8 +298,8 @@ def test_rerun_with_other_shard_count_replaces_stale_shards(dataset, tmp_path):
 def _run_cli(args, as_script=False):
     entry = ([os.path.join(REPO_ROOT, 'dataset', 'create_coco_tfrecord.py')] if as_script
              else ['-m', 'dataset.create_coco_tfrecord'])
-    return subprocess.run([sys.executable, *entry, *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return run_process([sys.executable, *entry, *args], timeout=120, cwd=REPO_ROOT,
+                       stderr=subprocess.PIPE)
 
 
 def _cli_args(image_dir, json_path, prefix):
@@ -400,12 +400,14 @@ def test_cli_on_a_full_disk_says_so_and_leaves_no_shard(dataset, tmp_path):
     image_dir, json_path = dataset
     disk = tmp_path / 'disk'
     disk.mkdir()
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=48k', 'tmpfs', str(disk)], check=True)
+    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=48k', 'tmpfs', str(disk)],
+                          timeout=60)
+    assert mounted.returncode == 0, mounted.stdout
     try:
         result = _run_cli(_cli_args(image_dir, json_path, str(disk / 'train')))
         leftovers = os.listdir(disk)
     finally:
-        subprocess.run(['umount', '-l', str(disk)], check=False)
+        run_process(['umount', '-l', str(disk)], timeout=60)
     assert_one_line_error(result, '--output_file_prefix', starts_with=(
         'create_coco_tfrecord: error: no space left on the device writing %s' % disk))
     assert leftovers == []  # No shard, finished or not, is left behind.

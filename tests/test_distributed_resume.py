@@ -1,6 +1,7 @@
 """SIGKILL one rank of a real `mpirun -np 2` training run, then rerun the same command: the job
 stops, the last checkpoint named in `checkpoint` is whole, and the rerun resumes from it on
 both ranks."""
+import contextlib
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from cli_runs import REPO, tiny_flags
+from cli_runs import python_env, started, tiny_flags
 
 pytestmark = pytest.mark.slow  # Real mpirun -np 2 training, killed and rerun.
 
@@ -21,13 +22,14 @@ STEP_RE = re.compile(r'step (\d+)/\d+ loss')
 TOTAL_STEPS = 6  # 2 steps per epoch x 3 epochs: still running when step 2 is checkpointed.
 
 
-def _start(flags, log_path):
-    """The launcher in a session of its own, its output (mpirun's --tag-output) to log_path."""
-    env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
-    with open(log_path, 'w') as log:
-        return subprocess.Popen([sys.executable, 'demo_efficientdet.py', '--use_horovod', '2']
-                                + flags, cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+@contextlib.contextmanager
+def _launched(flags, log_path):
+    """The launcher in a session of its own (cli_runs.started: killed with its group on leaving
+    the block), its output (mpirun's --tag-output) to log_path."""
+    with open(log_path, 'w') as log, started(
+            [sys.executable, 'demo_efficientdet.py', '--use_horovod', '2'] + flags,
+            env=python_env(), stdout=log, stderr=subprocess.STDOUT) as launcher:
+        yield launcher
 
 
 def _descendants(root_pid):
@@ -80,13 +82,13 @@ def _wait_until(predicate, seconds, poll=0.2):
 
 
 def _kill_tree(process, known_pids):
-    """SIGKILLs the launcher and whatever it started that is still alive."""
+    """SIGKILLs whatever the launcher started that is still alive: the launcher starts mpirun
+    in a process group of its own and Open MPI puts each rank in one of its own, so
+    cli_runs.started's kill of the launcher's group (which then reaps the launcher) misses
+    them."""
     for pid in set(known_pids) | set(_descendants(process.pid)):
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
-    if process.poll() is None:
-        process.kill()
-    process.wait()
 
 
 def _checkpointed_step(model_dir):
@@ -101,21 +103,24 @@ def test_killing_rank1_stops_the_job_and_the_rerun_resumes_on_both_ranks(tiny_da
                        '--num_examples_per_epoch=8', '--num_epochs=%d' % (TOTAL_STEPS // 2),
                        '--cp_every_n_steps=2')
     log_path = str(tmp_path / 'killed.log')
-    launcher, pids = _start(flags, log_path), []
-    try:
-        assert _wait_until(lambda: _checkpointed_step(model_dir) > 0 or launcher.poll() is not None,
-                           900), 'no checkpoint after step 0 within 900 s'
-        ranks = _rank_pids(launcher.pid)
-        pids = list(ranks.values())
-        assert launcher.poll() is None and sorted(ranks) == [0, 1], open(log_path).read()[-4000:]
-        os.kill(ranks[1], signal.SIGKILL)
-        started = time.monotonic()
-        returncode = launcher.wait(timeout=120)
-        seconds = time.monotonic() - started
-        assert returncode != 0
-        assert _wait_until(lambda: not _alive(ranks[0]), 10), 'rank 0 outlived the job'
-    finally:
-        _kill_tree(launcher, pids)
+    with _launched(flags, log_path) as launcher:
+        pids = []
+        try:
+            assert _wait_until(lambda: _checkpointed_step(model_dir) > 0
+                               or launcher.poll() is not None,
+                               900), 'no checkpoint after step 0 within 900 s'
+            ranks = _rank_pids(launcher.pid)
+            pids = list(ranks.values())
+            assert launcher.poll() is None and sorted(ranks) == [0, 1], \
+                open(log_path).read()[-4000:]
+            os.kill(ranks[1], signal.SIGKILL)
+            killed = time.monotonic()
+            returncode = launcher.wait(timeout=120)
+            seconds = time.monotonic() - killed
+            assert returncode != 0
+            assert _wait_until(lambda: not _alive(ranks[0]), 10), 'rank 0 outlived the job'
+        finally:
+            _kill_tree(launcher, pids)
     assert seconds < 60, 'the job took %.0f s to stop after rank 1 died' % seconds
 
     latest = tf.train.latest_checkpoint(model_dir)
@@ -127,11 +132,11 @@ def test_killing_rank1_stops_the_job_and_the_rerun_resumes_on_both_ranks(tiny_da
     assert reader.get_tensor('global_step') == killed_at
 
     log_path = str(tmp_path / 'rerun.log')
-    launcher = _start(flags, log_path)
-    try:
-        returncode = launcher.wait(timeout=900)
-    finally:
-        _kill_tree(launcher, [])
+    with _launched(flags, log_path) as launcher:
+        try:
+            returncode = launcher.wait(timeout=900)
+        finally:
+            _kill_tree(launcher, [])
     output = open(log_path).read()
     assert returncode == 0, output[-6000:]
     assert 'resuming from %s (step %d)' % (latest, killed_at) in output, output[-4000:]

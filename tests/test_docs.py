@@ -37,6 +37,7 @@ What is checked:
   - README.md starts with the two set-up commands and links every docs/ page.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -48,6 +49,8 @@ import subprocess
 import sys
 
 import pytest
+
+from cli_runs import kill_group, started
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC_FILES = sorted([ROOT / 'README.md', *(ROOT / 'docs').glob('*.md'), ROOT / 'k8s' / 'README.md'])
@@ -245,16 +248,18 @@ def parse_help(text, line_pattern, boolean_group_is_marker):
 def run_all(argvs):
     """Runs the command lines at once from the repository root; their output by argv."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONDONTWRITEBYTECODE='1')
-    processes = {argv: subprocess.Popen(list(argv), cwd=ROOT, env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                 for argv in argvs}
     outputs = {}
-    for argv, process in processes.items():
-        try:
-            outputs[argv] = process.communicate(timeout=300)[0]
-        except subprocess.TimeoutExpired:
-            process.kill()
-            outputs[argv] = process.communicate()[0]
+    with contextlib.ExitStack() as stack:
+        processes = {argv: stack.enter_context(started(argv, cwd=ROOT, env=env,
+                                                       stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT))
+                     for argv in argvs}
+        for argv, process in processes.items():
+            try:
+                outputs[argv] = process.communicate(timeout=300)[0]
+            except subprocess.TimeoutExpired:
+                kill_group(process)
+                outputs[argv] = process.communicate(timeout=30)[0]
     return outputs
 
 

@@ -15,7 +15,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from cli_runs import REPO, assert_one_line_error, run_main, tiny_flags
+from cli_runs import assert_one_line_error, run_main, run_process, started, tiny_flags
 
 pytestmark = pytest.mark.slow  # Every test trains or evaluates in a main.py process.
 
@@ -88,12 +88,13 @@ def small_disk(tmp_path):
     (which holds the graph), not for a second checkpoint."""
     mount_point = tmp_path / 'small_disk'
     mount_point.mkdir()
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=95m', 'tmpfs', str(mount_point)],
-                   check=True)
+    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=95m', 'tmpfs', str(mount_point)],
+                          timeout=60)
+    assert mounted.returncode == 0, mounted.stdout
     try:
         yield mount_point
     finally:
-        subprocess.run(['umount', '-l', str(mount_point)], check=False)
+        run_process(['umount', '-l', str(mount_point)], timeout=60)
 
 
 def test_full_disk_keeps_the_last_checkpoint_and_says_what_is_needed(tiny_dataset, small_disk):
@@ -124,22 +125,21 @@ def test_evaluator_moves_on_when_its_checkpoint_was_rotated_out(tiny_dataset, ti
     _write_checkpoint_state(model_dir, 'model.ckpt-0')  # The evaluator picks step 0 first.
     command = [sys.executable, 'main.py'] + tiny_flags(tiny_dataset, model_dir) + [
         '--mode=eval', '--min_eval_interval=1', '--eval_timeout=20']
-    evaluator = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True,
-                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     lines = []
+    with started(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')) as evaluator:
 
-    def read():
-        for line in evaluator.stdout:
-            lines.append(line)
-            if 'evaluating model.ckpt-0' in line:  # Training rotates it out, writes the next.
-                for path in glob.glob(os.path.join(model_dir, 'model.ckpt-0.*')):
-                    os.remove(path)
-                _write_checkpoint_state(model_dir, 'model.ckpt-2')
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert evaluator.wait(timeout=600) == 0, ''.join(lines)[-3000:]
-    reader.join()
+        def read():
+            for line in evaluator.stdout:
+                lines.append(line)
+                if 'evaluating model.ckpt-0' in line:  # Training rotates it out, writes the next.
+                    for path in glob.glob(os.path.join(model_dir, 'model.ckpt-0.*')):
+                        os.remove(path)
+                    _write_checkpoint_state(model_dir, 'model.ckpt-2')
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert evaluator.wait(timeout=600) == 0, ''.join(lines)[-3000:]
+        reader.join(timeout=60)  # The evaluator has ended: its output ends with it.
     output = ''.join(lines)
     assert ('model.ckpt-0 was removed before evaluation (the training job keeps only '
             '--keep_checkpoint_max checkpoints); moving on') in output
@@ -153,16 +153,17 @@ def test_evaluation_beside_training_that_rotates_every_step(tiny_dataset, tmp_pa
     model_dir = str(tmp_path / 'run')
     common = tiny_flags(tiny_dataset, model_dir) + ['--num_epochs=1',
                                                     '--num_examples_per_epoch=60']
-    trainer = subprocess.Popen(
-        [sys.executable, 'main.py'] + common + [
-            '--mode=train', '--cp_every_n_steps=1', '--keep_checkpoint_max=1'], cwd=REPO, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
-    time.sleep(2)
-    evaluator = subprocess.run(
-        [sys.executable, 'main.py'] + common + [
-            '--mode=eval', '--min_eval_interval=0', '--eval_timeout=600'],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    trainer_output = trainer.communicate(timeout=900)[0]
+    trainer_log = str(tmp_path / 'trainer.log')  # A file, not a pipe nobody reads meanwhile.
+    with open(trainer_log, 'w') as log, started(
+            [sys.executable, 'main.py'] + common + [
+                '--mode=train', '--cp_every_n_steps=1', '--keep_checkpoint_max=1'],
+            stdout=log, stderr=subprocess.STDOUT) as trainer:
+        time.sleep(2)
+        evaluator = run_process(
+            [sys.executable, 'main.py'] + common + [
+                '--mode=eval', '--min_eval_interval=0', '--eval_timeout=600'], timeout=900)
+        trainer.wait(timeout=900)
+    trainer_output = open(trainer_log).read()
     assert trainer.returncode == 0, trainer_output[-3000:]
     assert evaluator.returncode == 0, evaluator.stdout[-3000:]
     assert 'Traceback' not in evaluator.stdout

@@ -6,7 +6,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
 import textwrap
 
 import numpy as np
@@ -21,7 +20,7 @@ from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.serving import visualize
 from efficientdet_hpu.training import det_model_fn
-from cli_runs import assert_one_line_error, run_python
+from cli_runs import assert_one_line_error, run_process, run_python
 from efficientdet_hpu.data import label_map as label_map_lib
 
 tf1 = tf.compat.v1
@@ -363,13 +362,15 @@ def test_host_nms_per_class():
 def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tiny_trained_run, tmp_path):
     disk = tmp_path / 'disk'
     disk.mkdir()
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', str(disk)], check=True)
+    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', str(disk)],
+                          timeout=60)
+    assert mounted.returncode == 0, mounted.stdout
     try:
         result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
                              '--export_dir=%s' % (disk / 'saved_model')])
         leftovers = os.listdir(disk)
     finally:
-        subprocess.run(['umount', '-l', str(disk)], check=False)
+        run_process(['umount', '-l', str(disk)], timeout=60)
     assert_one_line_error(
         result, starts_with='inference.py: error: no space left on the device writing %s' % disk)
     assert leftovers == []  # Neither the export nor its staging directory is left behind.

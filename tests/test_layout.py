@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from cli_runs import run_process
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = 'efficientdet_hpu'
 LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
@@ -218,8 +220,8 @@ def test_root_names_are_the_package_modules_themselves():
             'assert hparams_config is real and main is real_main and hccl_config is launch\n'
             'assert efficientnet_builder is real_builder\n'
             'print("ok")\n')
-    result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
-                            text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+    result = run_process([sys.executable, '-c', code], timeout=300, cwd=REPO,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'), stderr=subprocess.PIPE)
     assert result.returncode == 0 and result.stdout.strip().endswith('ok'), result.stderr[-3000:]
 
 
@@ -245,7 +247,6 @@ def test_entry_points_import_together_without_flag_clashes():
             'main.define_flags()\n'
             'assert flags.FLAGS["model_dir"].default is None\n'
             'print("ok")\n')
-    result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
-                            text=True, timeout=300,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+    result = run_process([sys.executable, '-c', code], timeout=300, cwd=REPO,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'), stderr=subprocess.PIPE)
     assert result.returncode == 0 and result.stdout.strip().endswith('ok'), result.stderr[-3000:]

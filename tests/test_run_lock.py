@@ -5,12 +5,12 @@ test_checkpoint_faults.py."""
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
 import pytest
 
+from cli_runs import started
 from efficientdet_hpu.training import run_lock
 
 
@@ -31,10 +31,8 @@ def _record_of(pid, **changes):
 
 @pytest.fixture
 def sleeper():
-    process = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
-    yield process
-    process.kill()
-    process.wait()
+    with started([sys.executable, '-c', 'import time; time.sleep(60)']) as process:
+        yield process
 
 
 def test_a_live_holder_on_this_host_is_named_and_the_lock_kept(tmp_path, sleeper):
@@ -50,7 +48,7 @@ def test_a_live_holder_on_this_host_is_named_and_the_lock_kept(tmp_path, sleeper
 
 def test_a_dead_holder_is_taken_over_and_released_at_the_end(tmp_path, sleeper, caplog):
     sleeper.kill()
-    sleeper.wait()
+    sleeper.wait(timeout=30)
     _write_lock(tmp_path, **_record_of(sleeper.pid, start_tick=12345))
     lock = run_lock.ModelDirLock(str(tmp_path))
     lock.acquire()

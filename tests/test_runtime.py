@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from cli_runs import run_process
 from efficientdet_hpu.runtime import devices, distributed, habana, ranks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
@@ -66,8 +67,8 @@ def test_init_without_launcher_does_not_start_horovod():
             'distributed.init(use_horovod=None); '
             'assert not distributed.is_distributed(); assert ranks._hvd is None; '
             "assert 'horovod.tensorflow' not in sys.modules; print('ok')")
-    out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = run_process([sys.executable, '-c', code], timeout=120, env=_clean_env(), cwd=REPO,
+                      stderr=subprocess.PIPE)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith('ok')
 
@@ -178,8 +179,8 @@ def test_main_rank_writes_log_file(tmp_path):
             'flags.FLAGS(["main"]); '
             'logging.set_verbosity(logging.INFO); distributed.configure_logging(log_dir=%r); '
             'logging.info("probe-line")' % str(tmp_path))
-    out = subprocess.run([sys.executable, '-c', code], env=_clean_env(), cwd=REPO,
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = run_process([sys.executable, '-c', code], timeout=120, env=_clean_env(), cwd=REPO,
+                      stderr=subprocess.PIPE)
     assert out.returncode == 0, out.stderr
     texts = [p.read_text() for p in tmp_path.iterdir() if p.is_file()]
     assert any('probe-line' in text for text in texts), texts
@@ -192,8 +193,7 @@ def two_ranks(tmp_path_factory):
     """Runs the probe on 2 workers; returns ({rank: result}, combined output)."""
     out_dir = tmp_path_factory.mktemp('probe')
     cmd = ['mpirun', '--allow-run-as-root', '-np', '2', sys.executable, PROBE, str(out_dir)]
-    proc = subprocess.run(cmd, env=_clean_env(), cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = run_process(cmd, timeout=120, env=_clean_env(), cwd=REPO, stderr=subprocess.PIPE)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     results = {}

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from cli_runs import run_process
+
 pytestmark = pytest.mark.slow  # Each test starts a Python process that imports TensorFlow.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,8 +19,8 @@ def _onednn_after_import(module, setting):
     env = {k: v for k, v in os.environ.items() if k != 'TF_ENABLE_ONEDNN_OPTS'}
     if setting is not None:
         env['TF_ENABLE_ONEDNN_OPTS'] = setting
-    result = subprocess.run([sys.executable, '-c', _PROBE.format(module=module)], cwd=REPO,
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = run_process([sys.executable, '-c', _PROBE.format(module=module)], timeout=300,
+                         cwd=REPO, env=env, stderr=subprocess.PIPE)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()[-1]
 

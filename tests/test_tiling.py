@@ -1,8 +1,6 @@
 """Tile geometry and the sliver rule, worked by hand (data/tiling.py), and the converter's
 --tile_size on a photo with those boxes."""
 import json
-import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -10,6 +8,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from cli_runs import run_process
 from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import image_codec
 from efficientdet_hpu.data import tiling
@@ -298,10 +297,10 @@ def test_orthophoto_mosaic_moves_every_box_with_its_copy(tmp_path):
         'annotations': [{'id': 1, 'image_id': 9, 'category_id': 1, 'bbox': [6, 5, 4, 3],
                          'area': 12, 'iscrowd': 0}],
         'categories': [{'id': 1, 'name': 'tree'}]}))
-    subprocess.run([sys.executable, 'tools/orthophoto_mosaic.py', '--annotations_file',
-                    str(tmp_path / 'p.json'), '--image_dir', str(tmp_path), '--columns=3',
-                    '--rows=2', '--output_dir', str(tmp_path / 'out')], check=True,
-                   cwd=str(pathlib.Path(__file__).parents[1]))
+    result = run_process([sys.executable, 'tools/orthophoto_mosaic.py', '--annotations_file',
+                          str(tmp_path / 'p.json'), '--image_dir', str(tmp_path), '--columns=3',
+                          '--rows=2', '--output_dir', str(tmp_path / 'out')], timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
     coco = json.loads((tmp_path / 'out' / 'mosaic.json').read_text())
     assert coco['images'][0]['width'] == 120 and coco['images'][0]['height'] == 60
     assert sorted(a['bbox'][:2] for a in coco['annotations']) == [

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_main, tiny_flags
+from cli_runs import TINY_HPARAMS, assert_one_line_error, run_main, started, tiny_flags
 
 METRIC_KEYS = ['AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
                'ARmax1', 'ARmax10', 'ARmax100', 'ARs', 'ARm', 'ARl']
@@ -163,16 +163,13 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(tiny_dataset,
     model_dir = str(tmp_path / 'killed')
     flags = tiny_flags(tiny_dataset, model_dir, '--mode=train', '--num_epochs=1000',
                        '--cp_every_n_steps=1')
-    process = subprocess.Popen([sys.executable, 'main.py'] + flags, cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    try:
+    with started([sys.executable, 'main.py'] + flags, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL) as process:
+        deadline = time.time() + 600
         while time.time() < deadline and not os.path.exists(
                 os.path.join(model_dir, 'model.ckpt-3.index')):
             time.sleep(0.5)
         process.send_signal(signal.SIGKILL)
-    finally:
-        process.wait()
     latest = tf.train.latest_checkpoint(model_dir)
     assert latest is not None
     killed_at = int(latest.rsplit('-', 1)[1])

@@ -25,7 +25,7 @@ from efficientdet_hpu.data import shard_check
 from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import tfrecord_framing as framing
 from efficientdet_hpu.datatools import verify_tfrecords
-from cli_runs import assert_one_line_error
+from cli_runs import assert_one_line_error, run_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LABELS_1_TO_3 = record_check.LabelSpace(3, 'test')
@@ -33,8 +33,8 @@ LABELS_1_TO_3 = record_check.LabelSpace(3, 'test')
 
 def run_cli(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-    return subprocess.run([sys.executable, '-m', 'dataset.verify_tfrecords', *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_process([sys.executable, '-m', 'dataset.verify_tfrecords', *args], timeout=300,
+                       cwd=REPO, env=env, stderr=subprocess.PIPE)
 
 
 def tf_record_offsets(path):

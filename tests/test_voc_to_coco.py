@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 import pytest
 
+from cli_runs import run_process
 from efficientdet_hpu.datatools import voc_to_coco
 
 _XML = """<annotation><filename>{name}</filename>
@@ -89,12 +90,12 @@ def test_command_line_one_line_error_and_success(tmp_path):
     _write(tmp_path, 'a', 'a.png', (40, 30), [('Tree', 1, 1, 41, 30)])
     command = [sys.executable, '-m', 'efficientdet_hpu.datatools.voc_to_coco',
                '--xml_dir=%s' % tmp_path, '--output_file=%s' % (tmp_path / 'o.json')]
-    failed = subprocess.run(command, capture_output=True, text=True, check=False)
+    failed = run_process(command, timeout=120, stderr=subprocess.PIPE)
     assert failed.returncode == 2
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('voc_to_coco: error: %s' % (tmp_path / 'a.xml'))
     _write(tmp_path, 'a', 'a.png', (40, 30), [('Tree', 1, 1, 40, 30)])
-    done = subprocess.run(command + ['--single_class=tree'], capture_output=True, text=True,
-                          check=False, env=dict(os.environ))
+    done = run_process(command + ['--single_class=tree'], timeout=120, env=dict(os.environ),
+                       stderr=subprocess.PIPE)
     assert done.returncode == 0, done.stderr
     assert '1 images, 1 boxes, categories tree' in done.stdout

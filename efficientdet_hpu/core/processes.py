@@ -2,8 +2,9 @@
 
 subprocess.run(timeout=...) kills only the direct child; a grandchild (mpirun's ranks, a
 converter's workers) that holds the output pipe then keeps the caller waiting. Here the child
-runs in a session of its own, and at the deadline, at an interrupt, or once it has ended, its
-whole process group is killed.
+runs in a session of its own, and at the deadline, at an interrupt, or once it has ended, every
+process of that session is killed: the session, not only the process group, since the launcher
+starts mpirun in a process group of its own and Open MPI puts each rank in one of its own.
 """
 import os
 import signal
@@ -12,13 +13,33 @@ import subprocess
 REAP_SECONDS = 30  # After SIGKILL: the pipes close and the child is reaped.
 
 
-def kill_group(pid):
-    """SIGKILLs the process group led by `pid` (a child started with start_new_session=True):
-    the child and whatever it started that is still in its group."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def kill_session(pid):
+    """SIGKILLs every process of the session led by `pid` (a child started with
+    start_new_session=True): the child and whatever it started that did not leave the
+    session (a daemon that called setsid() did)."""
+    for _ in range(3):  # A process that forked while a pass was killing is caught by the next.
+        members = _session_members(pid)
+        for member in members:
+            try:
+                os.kill(member, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not members:
+            return
+
+
+def _session_members(session_id):
+    """Ids of the processes of session `session_id` that are not zombies (Linux /proc)."""
+    members = []
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open('/proc/%s/stat' % entry, encoding='ascii', errors='replace') as stat:
+                fields = stat.read().rsplit(')', 1)[1].split()  # state ppid pgrp session ...
+        except OSError:
+            continue
+        if fields[0] != 'Z' and int(fields[3]) == session_id:
+            members.append(int(entry))
+    return members
 
 
 def run(command, timeout, cwd=None, env=None, stdin=subprocess.DEVNULL,
@@ -26,8 +47,8 @@ def run(command, timeout, cwd=None, env=None, stdin=subprocess.DEVNULL,
     """Runs `command` (a list) in a session of its own; returns CompletedProcess (text; stderr
     merged into stdout unless stderr=subprocess.PIPE).
 
-    Past `timeout` seconds the whole group is killed and subprocess.TimeoutExpired raised with
-    the output read so far; whatever the command left running in its group is killed too.
+    Past `timeout` seconds the whole session is killed and subprocess.TimeoutExpired raised
+    with the output read so far; whatever the command left running in it is killed too.
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, text=True, stderr=stderr,
                                stdin=subprocess.PIPE if input is not None else stdin,
@@ -35,14 +56,25 @@ def run(command, timeout, cwd=None, env=None, stdin=subprocess.DEVNULL,
     try:
         output, errors = process.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(process.pid)
-        output, errors = process.communicate(timeout=REAP_SECONDS)
+        kill_session(process.pid)
+        output, errors = _reap(process)
         raise subprocess.TimeoutExpired(process.args, timeout, output=output,
                                         stderr=errors) from None
     except BaseException:  # An interrupt: the child's session does not get the terminal's.
-        kill_group(process.pid)
-        process.communicate(timeout=REAP_SECONDS)
+        kill_session(process.pid)
+        _reap(process)
         raise
     finally:
-        kill_group(process.pid)
+        kill_session(process.pid)
     return subprocess.CompletedProcess(process.args, process.returncode, output, errors)
+
+
+def _reap(process):
+    """What a killed child wrote, once its pipes close; (None, None) when something that left
+    its session still holds them after REAP_SECONDS."""
+    try:
+        return process.communicate(timeout=REAP_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(REAP_SECONDS)
+        return None, None

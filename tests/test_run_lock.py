@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -86,3 +87,30 @@ def test_a_release_leaves_another_jobs_lock_alone(tmp_path, sleeper):
     _write_lock(tmp_path, **_record_of(sleeper.pid))  # Someone replaced it meanwhile.
     lock.release()
     assert json.load(open(lock.path))['token'] == 'theirs'
+
+
+def _refreshers():
+    return [thread for thread in threading.enumerate() if thread.name == run_lock.THREAD_NAME]
+
+
+def test_release_stops_and_joins_the_refresher_at_once(tmp_path, monkeypatch):
+    """The refresher sleeps HEARTBEAT_SECONDS between refreshes; release() wakes it, joins it
+    and removes the lock, so a long-lived process (a test worker, a notebook) keeps none."""
+    monkeypatch.setattr(run_lock, 'HEARTBEAT_SECONDS', 3600)
+    before = len(_refreshers())
+    with run_lock.ModelDirLock(str(tmp_path)) as lock:
+        assert len(_refreshers()) == before + 1
+        assert os.path.exists(lock.path)
+        start = time.monotonic()
+    assert time.monotonic() - start < 5
+    assert len(_refreshers()) == before and not os.path.exists(lock.path)
+    lock.release()  # Idempotent.
+
+
+def test_a_run_that_fails_to_start_releases_its_lock(tmp_path):
+    lock = run_lock.ModelDirLock(str(tmp_path))
+    lock.acquire()
+    with pytest.raises(RuntimeError, match='graph'):
+        with run_lock.released_on_error(lock):
+            raise RuntimeError('the graph did not build')
+    assert not _refreshers() and not os.path.exists(lock.path)

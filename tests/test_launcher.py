@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli_runs import assert_one_line_error
+from cli_runs import assert_one_line_error, run_process, started
 from efficientdet_hpu.cli import demo_efficientdet as launcher
 from efficientdet_hpu.launch import ClusterConfigError, is_valid_address, parse_hostfile
 
@@ -292,18 +292,10 @@ def test_malformed_hostfiles(text, message):
 
 def run_launcher(argv, env, timeout=90):
     """Runs the launcher as a user would; returns (CompletedProcess, seconds taken)."""
-    started = time.monotonic()
-    process = subprocess.Popen([sys.executable, str(LAUNCHER), *argv], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return (subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr),
-            time.monotonic() - started)
+    start = time.monotonic()
+    result = run_process([sys.executable, str(LAUNCHER), *argv], timeout, env=env,
+                         stderr=subprocess.PIPE)
+    return result, time.monotonic() - start
 
 
 def rank_records(directory, keep_pid=False):
@@ -438,11 +430,9 @@ def test_a_killed_rank_ends_the_job_promptly_with_nonzero_status(tmp_path):
 ])
 def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signum, whole_group):
     env, out = echo_env(tmp_path, ECHO_ARGV_MODE="sleep")
-    process = subprocess.Popen([sys.executable, str(LAUNCHER), "--use_horovod", "2",
-                                "--main_script", ECHO, f"--model_dir={tmp_path}/model"],
-                               env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with started([sys.executable, str(LAUNCHER), "--use_horovod", "2", "--main_script", ECHO,
+                  f"--model_dir={tmp_path}/model"], env=env, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL) as process:
         deadline = time.monotonic() + 30
         while len(rank_records(out)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -454,9 +444,6 @@ def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signum, whole_group
             process.send_signal(signum)
         assert process.wait(timeout=30) != 0
         assert wait_until_gone(pids, 10), f"ranks {pids} outlived the launcher"
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
 
 
 def wait_until_gone(pids, seconds):
@@ -532,16 +519,11 @@ def test_habana_style_manifest_passes_sigterm_to_the_ranks_as_sigusr2(tmp_path):
     assert shell[:2] == ["/bin/bash", "-c"] and pod["terminationGracePeriodSeconds"] >= 60
     script = tmp_path / "rank.py"
     script.write_text(SIGNAL_REPORTER)
-    process = subprocess.Popen([*shell, "--allow-run-as-root", "-np", "2", sys.executable,
-                                str(script), str(tmp_path)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with started([*shell, "--allow-run-as-root", "-np", "2", sys.executable, str(script),
+                  str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
         _wait_for_files(tmp_path, "ready-*", 2)
         process.send_signal(signal.SIGTERM)  # What Kubernetes sends the pod's first process.
         assert process.wait(timeout=60) == 143
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     assert [(tmp_path / f"got-{rank}").read_text() for rank in (0, 1)] == ["SIGUSR2"] * 2
 
 
@@ -559,17 +541,12 @@ def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, 
     (training/preemption.py takes it as the original) and the launcher returns their status."""
     script = tmp_path / "rank.py"
     script.write_text(SIGNAL_REPORTER)
-    process = subprocess.Popen([sys.executable, str(LAUNCHER), "--use_horovod", "2",
-                                "--main_script", str(script), str(tmp_path)],
-                               start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
+    with started([sys.executable, str(LAUNCHER), "--use_horovod", "2", "--main_script",
+                  str(script), str(tmp_path)], stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL) as process:
         _wait_for_files(tmp_path, "ready-*", 2)
         process.send_signal(signum)
         assert process.wait(timeout=60) == 143
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     assert [(tmp_path / f"got-{rank}").read_text() for rank in (0, 1)] == [seen] * 2
 
 
@@ -577,18 +554,13 @@ def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, 
 def test_a_second_signal_to_the_launcher_ends_the_job_at_once(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(SIGNAL_REPORTER)
-    process = subprocess.Popen([sys.executable, str(LAUNCHER), "--use_horovod", "2",
-                                "--main_script", str(script), str(tmp_path), "hang"],
-                               start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
+    with started([sys.executable, str(LAUNCHER), "--use_horovod", "2", "--main_script",
+                  str(script), str(tmp_path), "hang"], stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL) as process:
         _wait_for_files(tmp_path, "ready-*", 2)
         process.send_signal(signal.SIGTERM)
         _wait_for_files(tmp_path, "got-*", 2)  # The ranks took it and go on (a long step).
-        started = time.monotonic()
+        start = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) != 0
-        assert time.monotonic() - started < 10
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        assert time.monotonic() - start < 10

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli_runs import assert_one_line_error
+from cli_runs import assert_one_line_error, run_process
 from efficientdet_hpu.cli import demo_efficientdet as launcher
 from efficientdet_hpu.launch import ClusterConfigError, network
 from test_launcher import (AWKWARD, ECHO, HEAD, LAUNCHER, ROOT, build, echo_env, exports,
@@ -221,10 +221,10 @@ def test_ranks_started_by_mpirun_run_main_without_a_second_mpirun(tmp_path):
     env, out = echo_env(tmp_path, HCL_CONFIG_PATH="/given/by/the/operator.json")
     model_dir = tmp_path / "model"
     argv = [*AWKWARD, f"--model_dir={model_dir}"]
-    result = subprocess.run(
+    result = run_process(
         ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
          str(LAUNCHER), "--use_horovod", "2", "--kubernetes_run=True", "--main_script", ECHO,
-         *argv], env=env, capture_output=True, text=True, timeout=90)
+         *argv], 90, env=env, stderr=subprocess.PIPE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert rank_records(out) == {rank: {"rank": rank, "size": 2, "argv": argv,
                                         "hcl_config_path": "/given/by/the/operator.json"}

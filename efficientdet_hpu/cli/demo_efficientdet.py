@@ -9,9 +9,12 @@ in order. main.py is not told it runs distributed by a flag: it sees OMPI_COMM_W
 initialises Horovod itself. When this program finds itself started by mpirun (OMPI_COMM_WORLD_SIZE,
 PMI_SIZE, ... in its environment), as in `mpirun -np 16 python demo_efficientdet.py --use_horovod 8
 --kubernetes_run=True ...`, it becomes main.py in the same process and never starts mpirun.
-Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT, MPI_TCP_INCLUDE, MPI_ROOT, MPI_MAP_BY,
-HCL_PORT, HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and OMPI_MCA_orte_default_hostfile (see
-k8s/README.md and the project README).
+Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT, MPI_SSH_ARGS, MPI_TCP_INCLUDE, MPI_ROOT,
+MPI_MAP_BY, HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, HCL_PORT,
+HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and OMPI_MCA_orte_default_hostfile (see
+docs/launching.md and k8s/README.md). Many boxes (MULTI_HLS_IPS or --hostfile) are checked over
+ssh before any rank starts (launch/ssh_preflight.py) and watched for a rank that stops
+answering (launch/heartbeat.py).
 """
 
 import dataclasses
@@ -26,7 +29,10 @@ import tempfile
 from efficientdet_hpu import launch as hccl_config
 from efficientdet_hpu.launch import (ClusterConfigError, Host, LaunchError,  # noqa: F401
                                      LauncherArgs, exported_names, model_dir_from,
-                                     parse_launcher_argv)
+                                     parse_launcher_argv, rank_hosts, sites)
+from efficientdet_hpu.launch.heartbeat import (HEARTBEAT_DIR_ENV, StallWatch, stall_line,
+                                               stall_settings)
+from efficientdet_hpu.launch.ssh_preflight import Preflight, run_preflight
 from efficientdet_hpu.config import legacy_flags
 from efficientdet_hpu.core import cli
 from efficientdet_hpu.core import compat
@@ -38,12 +44,12 @@ USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: m
                     mpirun (a rank of Habana's MPIJob style) main.py runs in this process
   --dry_run         print the command, HCL config and hostfile; launch nothing
   --main_script P   entry point to launch (default: the checkout's main.py)
+  --hostfile PATH   run on the boxes of an Open MPI hostfile ('host slots=N' lines) over ssh,
+                    as MULTI_HLS_IPS does (docs/launching.md#many-boxes)
   --                everything after it goes to main.py, even launcher flag names
 main.py's --dump_all_ranks also makes mpirun write each rank's output to
 <model_dir>/rank_logs/1/rank.<r>/stdout."""
 
-_DEFAULT_K8S_HOSTFILE = "/etc/mpi/hostfile"
-_DEFAULT_SSHD_PORT = 3022
 _PROGRAM = "demo_efficientdet.py"
 RANK_LOG_DIR = "rank_logs"
 
@@ -61,75 +67,12 @@ class Launch:
     warnings: tuple = ()
     dry_run: bool = False
     show_help: bool = False
+    preflight: Preflight | None = None    # multi-box: ssh to every box before starting
+    stall_watch: tuple | None = None      # multi-box: (heartbeat dir, rank hosts, seconds)
 
     @property
     def uses_mpirun(self):
         return self.command[:1] == ["mpirun"]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Site:
-    """Where the ranks run: hosts in rank order and the hostfile telling mpirun so."""
-    hosts: list
-    hostfile: str | None = None
-    hostfile_text: str | None = None
-    write_hostfile: bool = False  # False: the mpi-operator wrote it
-    flags: tuple = ()
-
-
-def _single_box_site(args):
-    return _Site([Host("localhost", args.use_horovod)])
-
-
-def _multi_box_site(args, environ, work_dir, deduce_network):
-    """Boxes of MULTI_HLS_IPS reached over ssh on DOCKER_SSHD_PORT, as Habana's scripts do:
-    the network is MPI_TCP_INCLUDE or deduced, Open MPI's install is MPI_ROOT (--prefix)."""
-    hosts = hccl_config.hosts_from_ip_list(environ["MULTI_HLS_IPS"], args.use_horovod)
-    port_text = environ.get("DOCKER_SSHD_PORT")
-    port = (hccl_config.parse_port(port_text, "DOCKER_SSHD_PORT") if port_text
-            else _DEFAULT_SSHD_PORT)
-    network = hccl_config.tcp_include_flags(environ, [host.name for host in hosts],
-                                            deduce_network)
-    flags = ("--mca", "plm_rsh_args", f"-p {port}", *network, *hccl_config.prefix_flags(environ))
-    return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{len(hosts) * args.use_horovod}"),
-                 hccl_config.format_hostfile(hosts), True, flags)
-
-
-def _kubernetes_site(args, environ, work_dir):
-    path = environ.get("OMPI_MCA_orte_default_hostfile") or _DEFAULT_K8S_HOSTFILE
-    text = hccl_config.read_hostfile(path, "--kubernetes_run needs the MPIJob launcher pod's "
-                                           "hostfile, or OMPI_MCA_orte_default_hostfile naming one")
-    hosts = hccl_config.parse_hostfile(text, repr(path))
-    for host in hosts:
-        if host.slots is None and args.use_horovod is None:
-            raise LaunchError(f"hostfile {path!r}: host {host.name!r} has no slots=; add "
-                              f"slots=N (slotsPerWorker in the MPIJob) or pass --use_horovod N")
-        if host.slots is not None and args.use_horovod not in (None, host.slots):
-            raise LaunchError(f"--use_horovod {args.use_horovod} disagrees with hostfile "
-                              f"{path!r} ({host.name} slots={host.slots}); drop --use_horovod "
-                              f"or set slotsPerWorker: {args.use_horovod} in the MPIJob")
-    # The operator sets up how mpirun reaches the workers; only what the user asks for is added.
-    network = (hccl_config.tcp_include_flags(environ, []) if environ.get("MPI_TCP_INCLUDE")
-               else [])
-    flags = (*network, *hccl_config.prefix_flags(environ))
-    if all(host.slots is not None for host in hosts):
-        return _Site(hosts, path, text, flags=flags)
-    # Bare lines get explicit slots so Open MPI places ranks exactly as HCL_RANKS says.
-    hosts = [Host(host.name, host.slots or args.use_horovod) for host in hosts]
-    total = sum(host.slots for host in hosts)
-    return _Site(hosts, os.path.join(work_dir, f"mpi_hostfile_{total}"),
-                 hccl_config.format_hostfile(hosts), True, flags)
-
-
-def _site(args, environ, work_dir, deduce_network):
-    if args.kubernetes_run:
-        if environ.get("MULTI_HLS_IPS"):
-            raise LaunchError("MULTI_HLS_IPS is set together with --kubernetes_run; in an MPIJob "
-                              "the hosts come from the operator's hostfile: unset MULTI_HLS_IPS")
-        return _kubernetes_site(args, environ, work_dir)
-    if environ.get("MULTI_HLS_IPS", "").strip():
-        return _multi_box_site(args, environ, work_dir, deduce_network)
-    return _single_box_site(args)
 
 
 def _hcl_setup(hosts, args, environ, work_dir):
@@ -190,12 +133,13 @@ def _mpi_launch(args, forwarded, program, environ, cores, deduce_network):
         raise LaunchError("mpirun not found on PATH; install Open MPI (apt-get install "
                           "openmpi-bin) or add its bin directory to PATH")
     work_dir = _work_dir(forwarded)
-    site = _site(args, environ, work_dir, deduce_network)
+    site = sites.site(args, environ, work_dir, deduce_network)
     hcl_path, hcl_config, files = _hcl_setup(site.hosts, args, environ, work_dir)
     if site.write_hostfile:
         files += ((site.hostfile, site.hostfile_text),)
     env = dict(environ, HCL_CONFIG_PATH=hcl_path)
     env.setdefault("PYTHONUNBUFFERED", "1")  # a dying rank's last lines reach the log
+    preflight, watch = _multi_box_guards(site, environ, env, program, work_dir)
     ranks_per_box = max(host.slots for host in site.hosts)
     map_by = hccl_config.map_by_from_env(environ, args.kubernetes_run)
     placement, warning = hccl_config.placement_flags(map_by, ranks_per_box, cores)
@@ -206,7 +150,23 @@ def _mpi_launch(args, forwarded, program, environ, cores, deduce_network):
     warnings = ([warning] if warning else []) + _layout_warnings(args, site.hosts, environ,
                                                                  forwarded, hcl_path)
     return Launch(command + program, env, hcl_config, hcl_path, site.hostfile, site.hostfile_text,
-                  files, tuple(warnings), args.dry_run)
+                  files, tuple(warnings), args.dry_run, preflight=preflight, stall_watch=watch)
+
+
+def _multi_box_guards(site, environ, env, program, work_dir):
+    """(Preflight, stall watch) of a multi-box site, (None, None) otherwise. Adds to `env`
+    Horovod's stall shutdown time (default on) and where the ranks' heartbeats go."""
+    if not site.multi_box:
+        return None, None
+    additions, stall_seconds = stall_settings(environ)
+    heartbeat_dir = os.path.join(work_dir, "heartbeat", f"launch_{os.getpid()}")
+    env.update(additions, **{HEARTBEAT_DIR_ENV: heartbeat_dir})
+    mpi_root = environ.get("MPI_ROOT", "").strip()
+    preflight = Preflight(tuple(host.name for host in site.hosts), site.ssh_args, program[0],
+                          tuple(path for path in program[1:2] if path != "-m"),
+                          os.path.join(mpi_root, "bin", "orted") if mpi_root else "orted")
+    watch = (heartbeat_dir, rank_hosts(site.hosts), stall_seconds) if stall_seconds else None
+    return preflight, watch
 
 
 def _rank_launch(args, program, environ, ranks):
@@ -253,7 +213,7 @@ def build_launch(argv, environ, *, cores=None, python=None, deduce_network=None)
     ranks = hccl_config.rank_env(environ)
     if ranks is not None:
         return _rank_launch(args, program, environ, ranks)
-    if args.use_horovod is None and not args.kubernetes_run:
+    if args.use_horovod is None and not args.kubernetes_run and not args.hostfile:
         warnings = (("MULTI_HLS_IPS has no effect without --use_horovod N",)
                     if environ.get("MULTI_HLS_IPS") else ())
         return Launch(program, dict(environ), warnings=warnings, dry_run=args.dry_run)
@@ -282,7 +242,7 @@ _FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGU
                       signal.SIGHUP: signal.SIGUSR2}
 
 
-def run_mpirun(command, env):
+def run_mpirun(command, env, stall_watch=None):
     """Runs mpirun; returns its exit status (128+N if it died of signal N, as a shell says).
 
     mpirun gets a process group of its own and the launcher passes SIGINT, SIGTERM and SIGHUP
@@ -292,6 +252,7 @@ def run_mpirun(command, env):
     the job at once: SIGKILL to mpirun's process group (mpirun and the ranks of this box;
     other boxes' ranks end with their orted). Outside the terminal's foreground group mpirun
     must not read the terminal, so its stdin is /dev/null (training reads none).
+    `stall_watch` (a heartbeat.StallWatch) ends the job on a rank that stopped answering.
     """
     child, received = [], []
 
@@ -311,11 +272,39 @@ def run_mpirun(command, env):
     try:
         child.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                       process_group=0))
-        returncode = child[0].wait()
+        returncode = _wait_watching(child[0], stall_watch)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return returncode if returncode >= 0 else 128 - returncode
+
+
+_STALL_EXIT_SECONDS = 30  # mpirun's own abort (SIGTERM, then SIGKILL to every rank) fits
+
+
+def _wait_watching(process, stall_watch):
+    """process.wait(), checking the ranks' heartbeats every second when watched. On a stalled
+    rank: its line, SIGTERM to mpirun (which aborts the job on every box), and SIGKILL to
+    mpirun's process group if it has not ended _STALL_EXIT_SECONDS later."""
+    if stall_watch is None:
+        return process.wait()
+    while True:
+        try:
+            return process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        stall = stall_watch.check()
+        if stall is None:
+            continue
+        print(f"{_PROGRAM}: {stall_line(stall, len(stall_watch.rank_hosts))}",
+              file=sys.stderr, flush=True)
+        process.terminate()
+        try:
+            returncode = process.wait(timeout=_STALL_EXIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            returncode = process.wait(timeout=_STALL_EXIT_SECONDS)
+        return returncode or 1
 
 
 def exec_single_process(command, env):
@@ -344,6 +333,11 @@ def main(argv=None, environ=None):
     if launch.dry_run:
         print(describe(launch))
         return 0
+    if launch.preflight is not None:
+        try:
+            run_preflight(launch.preflight)
+        except ClusterConfigError as error:
+            return _fail(error)
     for path, text in launch.files:
         try:
             hccl_config.write_text_atomically(path, text)
@@ -353,7 +347,13 @@ def main(argv=None, environ=None):
     print(f"{_PROGRAM}: running: {describe(launch)}", file=sys.stderr, flush=True)
     if not launch.uses_mpirun:
         exec_single_process(launch.command, launch.env)
-    return run_mpirun(launch.command, launch.env)
+    if launch.stall_watch is None:
+        return run_mpirun(launch.command, launch.env)
+    heartbeat_dir, hosts, seconds = launch.stall_watch
+    try:
+        return run_mpirun(launch.command, launch.env, StallWatch(heartbeat_dir, hosts, seconds))
+    finally:
+        shutil.rmtree(heartbeat_dir, ignore_errors=True)
 
 
 def entry_point():

@@ -1,7 +1,9 @@
 """What the launcher (demo_efficientdet.py) needs besides starting processes: its command line
-(launcher_flags), which boxes run how many ranks (hosts), how ranks sit on a box's cores
-(placement), the network the boxes share (network), the MPI environment both ways (mpi_env),
-and the HCL config file the Gaudi collective library reads (hcl_config)."""
+(launcher_flags), which boxes run how many ranks (hosts), where a job's ranks run and the mpirun
+flags reaching them (sites), the ssh check of the other boxes before a start (ssh_preflight),
+how ranks sit on a box's cores (placement), the network the boxes share (network), the MPI
+environment both ways (mpi_env), the watch for a rank that stops answering (heartbeat), and
+the HCL config file the Gaudi collective library reads (hcl_config)."""
 
 from efficientdet_hpu.core.atomic_file import write_text_atomically
 from efficientdet_hpu.launch.hcl_config import (DEFAULT_HCL_PORT, DEFAULT_HLS_TYPE, HLS_CARDS,

@@ -12,7 +12,7 @@ from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.launch.hcl_config import DEFAULT_HLS_TYPE, check_hls_type
 
 BOOL_FLAGS = ("kubernetes_run", "dry_run")
-VALUE_FLAGS = ("use_horovod", "hls_type", "main_script")
+VALUE_FLAGS = ("use_horovod", "hls_type", "main_script", "hostfile")
 TRUE_WORDS = ("true", "t", "1")
 FALSE_WORDS = ("false", "f", "0")
 _BOOLEAN_LOOKING = TRUE_WORDS + FALSE_WORDS + ("yes", "no", "y", "n")
@@ -30,6 +30,7 @@ class LauncherArgs:
     kubernetes_run: bool = False
     dry_run: bool = False
     main_script: str | None = None
+    hostfile: str | None = None
     show_help: bool = False
 
 

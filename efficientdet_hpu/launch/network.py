@@ -65,7 +65,7 @@ def local_networks():
 def deduce_tcp_include(host_names, *, networks=None, route=source_address, lookup=resolve):
     """The subnet (CIDR text) this box reaches the other boxes of `host_names` on.
 
-    Boxes that are this one (a loopback address, or one of `networks`) are skipped; when no
+    Boxes that are this one (127.0.0.1, or an address of `networks`) are skipped; when no
     other box resolves, the default route decides, as in Habana's scripts.
     `networks`, `route` and `lookup` default to this machine's (tests pass their own).
     """
@@ -74,7 +74,9 @@ def deduce_tcp_include(host_names, *, networks=None, route=source_address, looku
         destination = lookup(name)
         if destination is None or destination in networks:
             continue
-        if ipaddress.ip_address(destination).is_loopback:
+        # 127.0.0.1 is this box even where `networks` misses lo; another loopback address
+        # (127.0.0.2, a test box's sshd) is a box Open MPI reaches over ssh, and lo's subnet.
+        if destination in ("127.0.0.1", "::1"):
             continue
         address = route(destination)
         if address is not None:

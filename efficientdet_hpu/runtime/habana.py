@@ -1,6 +1,8 @@
 """The Habana (Gaudi) stack: the environment defaults of Habana's port and loading Habana's
 TensorFlow module, once per process. The only module that imports habana_frameworks."""
+import importlib.util
 import os
+import sys
 
 _probe_result = None  # (available, reason) after the first probe
 
@@ -41,6 +43,13 @@ def probe_hpu():
         _probe_result = (False, 'load_habana_module() failed: %s: %s (is the habanalabs driver '
                       'loaded and a Gaudi visible? see hl-smi)' % (type(err).__name__, err))
     return _probe_result
+
+
+def installed() -> bool:
+    """True when habana_frameworks is importable (Habana's stack), Gaudi or not."""
+    if 'habana_frameworks' in sys.modules:  # loaded, or a stand-in without a spec
+        return True
+    return importlib.util.find_spec('habana_frameworks') is not None
 
 
 def probed() -> bool:

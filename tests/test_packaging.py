@@ -76,3 +76,55 @@ def test_installed_without_the_checkout_it_imports_and_launches_by_module(wheel,
                             text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "'-m', 'efficientdet_hpu.cli.main', '--model_dir=/tmp/m'" in result.stdout
+
+
+def test_wheel_holds_the_library_only_and_declares_the_routes(wheel):
+    """Python modules of the package and its metadata: no tests, docs, data, configs or
+    requirement files; TensorFlow only in the route extras, Horovod in none."""
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    assert [n for n in names if not n.endswith('.py') and '.dist-info/' not in n] == []
+    assert not [n for n in names if n.startswith(('tests/', 'docs/', 'configs/', 'requirements'))]
+    (metadata,) = [n for n in names if n.endswith('.dist-info/METADATA')]
+    requires = [line.split(':', 1)[1].strip() for line in archive.read(metadata).decode().splitlines()
+                if line.startswith('Requires-Dist:')]
+    unconditional = [r for r in requires if 'extra ==' not in r]
+    assert unconditional and not [r for r in unconditional if r.lower().startswith(('tensorflow', 'horovod'))]
+    assert 'tensorflow==2.15.1; extra == "cpu"' in requires
+    assert 'tensorflow[and-cuda]==2.15.1; extra == "gpu"' in requires
+    assert not [r for r in requires if 'horovod' in r.lower()]
+
+
+def console_scripts(wheel):
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith('entry_points.txt')]
+    parser = configparser.ConfigParser()
+    parser.read_string(archive.read(entry_points).decode())
+    return sorted(parser['console_scripts'])
+
+
+@pytest.mark.slow  # A fresh venv, pip install and every command's --help (about a minute).
+def test_pip_install_in_a_fresh_venv_then_every_command_helps(wheel, tmp_path):
+    """`pip install .[cpu]` into a new venv that already sees a TensorFlow (this one's
+    site-packages through a .pth, as a container's would be) installs the package and no second
+    TensorFlow; each console command then prints its usage without a traceback."""
+    venv = tmp_path / 'venv'
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True, timeout=120)
+    (site,) = glob.glob(str(venv / 'lib' / 'python*' / 'site-packages'))
+    ours = [p for p in sys.path if p.endswith('site-packages') and os.path.isdir(p)]
+    with open(os.path.join(site, 'environment.pth'), 'w') as handle:
+        handle.write('\n'.join(ours) + '\n')
+    python = str(venv / 'bin' / 'python')
+    result = subprocess.run([python, '-m', 'pip', 'install', '-q', wheel + '[cpu]'], cwd=str(tmp_path),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not [n for n in os.listdir(site) if n.startswith(('tensorflow', 'numpy'))], os.listdir(site)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+    env.pop('PYTHONPATH', None)
+    for name in console_scripts(wheel):
+        result = subprocess.run([str(venv / 'bin' / name), '--help'], cwd=str(tmp_path), env=env,
+                                capture_output=True, text=True, timeout=180)
+        output = result.stdout + result.stderr
+        # absl ends --help with status 1, argparse with 0.
+        assert result.returncode in (0, 1) and 'Traceback' not in output, (name, output[-2000:])
+        assert 'usage' in output.lower() or 'flags:' in output, (name, output[-2000:])

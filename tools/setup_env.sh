@@ -175,19 +175,25 @@ build_horovod() {
     "$py" -m pip install -q --no-build-isolation "$HOROVOD_PIN"
 }
 
-choose_python
-choose_route
-say "$(stack)"
-check_os_pieces
-if [ "$CHECK_ONLY" = 1 ]; then
-  if [ -e "$VENV" ] && ! venv_trusted; then say "$VENV is incomplete or made for another route: it would be made again"; fi
-  if [ "$ROUTE" = gaudi ]; then
-    say "would install into $VENV: $("$PY_BASE" tools/missing_requirements.py $(route_requirements) | tr '\n' ' ')"
-  else
-    say "would install into $VENV: $(route_requirements) and $HOROVOD_PIN"
+# The whole file is read before anything runs (main is called on its last line), so editing
+# it while a long install runs cannot change what that run does next.
+main() {
+  choose_python
+  choose_route
+  say "$(stack)"
+  check_os_pieces
+  if [ "$CHECK_ONLY" = 1 ]; then
+    if [ -e "$VENV" ] && ! venv_trusted; then say "$VENV is incomplete or made for another route: it would be made again"; fi
+    if [ "$ROUTE" = gaudi ]; then
+      say "would install into $VENV: $("$PY_BASE" tools/missing_requirements.py $(route_requirements) | tr '\n' ' ')"
+    else
+      say "would install into $VENV: $(route_requirements) and $HOROVOD_PIN"
+    fi
+    exit 0
   fi
-  exit 0
-fi
-make_venv
-install_requirements
-build_horovod
+  make_venv
+  install_requirements
+  build_horovod
+}
+
+main "$@"; exit

@@ -36,6 +36,7 @@ def fresh_runtime(monkeypatch):
     monkeypatch.setattr(ranks, '_init_done', False)
     monkeypatch.setattr(devices, '_devices', {})
     monkeypatch.setattr(habana, '_probe_result', None)
+    monkeypatch.setattr(habana, 'driver_present', lambda: True)  # the stand-ins act as a Gaudi host
     yield
     os.environ.clear()
     os.environ.update(saved_env)
@@ -158,6 +159,17 @@ def test_habana_stack_without_a_gaudi_says_so_in_one_line(monkeypatch, caplog):
     (line,) = [r.getMessage() for r in caplog.records if 'Gaudi' in r.getMessage()]
     assert line.startswith('no Gaudi HPU: load_habana_module() failed: RuntimeError: no Gaudi '
                            'device found'), line
+
+
+def test_habana_stack_without_the_driver_is_never_loaded(monkeypatch, caplog):
+    calls = []
+    _fake_habana(monkeypatch, lambda: calls.append('load'))
+    monkeypatch.setattr(habana, 'driver_present', lambda: False)
+    with caplog.at_level('WARNING'):
+        assert distributed.select_device() == 'CPU'
+    assert calls == []
+    (line,) = [r.getMessage() for r in caplog.records if 'Gaudi' in r.getMessage()]
+    assert line.startswith('no Gaudi HPU: no habanalabs driver on this host'), line
 
 
 def test_no_habana_stack_no_gaudi_line(caplog):

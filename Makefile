@@ -1,6 +1,8 @@
 # The two set-up commands of the README: `make demo` and `make test`. Both create .venv when it is
-# missing (tools/setup_env.sh is idempotent: a re-run takes seconds).
-VENV := .venv
+# missing (tools/setup_env.sh is idempotent: a re-run takes seconds). `make test PYTHON=python3.10
+# VENV=.venv310` sets up and tests another interpreter beside it; ROUTE=cpu|gpu|gaudi chooses the
+# route when the one found is not wanted (docs/install.md).
+VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= runs/demo
 DATA_DIR ?= data/synthetic
@@ -11,7 +13,7 @@ TEST_WORKERS ?= 2
 .PHONY: venv test test-fast demo bench clean-demo trees-data trees
 
 venv:
-	@bash tools/setup_env.sh
+	@VENV=$(VENV) bash tools/setup_env.sh
 
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests

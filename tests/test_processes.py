@@ -49,8 +49,8 @@ def test_what_a_finished_command_left_running_is_ended():
 
 def test_a_grandchild_in_a_process_group_of_its_own_is_ended_too():
     """As mpirun starts its ranks: each in a process group of its own, in the same session."""
-    code = ('import subprocess, sys; child = subprocess.Popen(["sleep", "120"], process_group=0);'
-            'print(child.pid, flush=True); child.wait()')
+    code = ('import os, subprocess; child = subprocess.Popen(["sleep", "120"], '
+            'preexec_fn=os.setpgrp); print(child.pid, flush=True); child.wait()')
     start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         processes.run([sys.executable, '-c', code], timeout=3)

@@ -11,6 +11,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_runs import run_process
+from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.runtime import devices, distributed, habana, ranks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
@@ -36,6 +37,7 @@ def fresh_runtime(monkeypatch):
     monkeypatch.setattr(ranks, '_init_done', False)
     monkeypatch.setattr(devices, '_devices', {})
     monkeypatch.setattr(habana, '_probe_result', None)
+    monkeypatch.setattr(habana, 'driver_present', lambda: True)  # the stand-ins act as a Gaudi host
     yield
     os.environ.clear()
     os.environ.update(saved_env)
@@ -146,6 +148,43 @@ def test_failed_habana_load_falls_back_and_leaves_env_alone(monkeypatch):
     assert not set(distributed.habana_env_defaults()) & set(os.environ)
     with pytest.raises(distributed.DeviceError, match=r'load_habana_module\(\) failed: RuntimeError'):
         distributed.select_device(require='HPU')
+
+
+def test_habana_stack_without_a_gaudi_says_so_in_one_line(monkeypatch, caplog):
+    def fail():
+        raise RuntimeError('no Gaudi device found')
+    _fake_habana(monkeypatch, fail)
+    with caplog.at_level('WARNING'):
+        assert distributed.select_device() == 'CPU'
+        assert distributed.select_device(no_hpu=True) == 'CPU'
+    (line,) = [r.getMessage() for r in caplog.records if 'Gaudi' in r.getMessage()]
+    assert line.startswith('no Gaudi HPU: load_habana_module() failed: RuntimeError: no Gaudi '
+                           'device found'), line
+
+
+def test_habana_stack_without_the_driver_is_never_loaded(monkeypatch, caplog):
+    calls = []
+    _fake_habana(monkeypatch, lambda: calls.append('load'))
+    monkeypatch.setattr(habana, 'driver_present', lambda: False)
+    with caplog.at_level('WARNING'):
+        assert distributed.select_device() == 'CPU'
+    assert calls == []
+    (line,) = [r.getMessage() for r in caplog.records if 'Gaudi' in r.getMessage()]
+    assert line.startswith('no Gaudi HPU: no habanalabs driver on this host'), line
+
+
+def test_no_habana_stack_no_gaudi_line(caplog):
+    with caplog.at_level('WARNING'):
+        assert distributed.select_device() == 'CPU'
+    assert not [r for r in caplog.records if 'Gaudi' in r.getMessage()]
+
+
+def test_horovod_missing_for_ranks_is_a_user_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '2')
+    with pytest.raises(UserError, match=r'^Horovod is needed \(the MPI launcher started 2 ranks\)'):
+        distributed.init()
 
 
 def test_mixed_precision_dtype():

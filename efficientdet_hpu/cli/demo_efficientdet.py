@@ -242,6 +242,13 @@ _FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGU
                       signal.SIGHUP: signal.SIGUSR2}
 
 
+# mpirun in a process group of its own (run_mpirun forwards signals to it itself, and a
+# second one ends the whole group): Popen's process_group is new in Python 3.11; 3.10 calls
+# setpgid(0, 0) in the child itself.
+_OWN_PROCESS_GROUP = ({'process_group': 0} if sys.version_info >= (3, 11)
+                      else {'preexec_fn': os.setpgrp})
+
+
 def run_mpirun(command, env, stall_watch=None):
     """Runs mpirun; returns its exit status (128+N if it died of signal N, as a shell says).
 
@@ -271,7 +278,7 @@ def run_mpirun(command, env, stall_watch=None):
     previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED_SIGNALS}
     try:
         child.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
-                                      process_group=0))
+                                      **_OWN_PROCESS_GROUP))
         returncode = _wait_watching(child[0], stall_watch)
     finally:
         for signum, handler in previous.items():

@@ -1,7 +1,8 @@
 """Process settings TensorFlow reads once, when it is first imported, and the quiet screen.
 
 Entry points (main.py, inference.py, bench.py) import this module before anything imports
-tensorflow. A value already in the environment always wins, so a user can still say
+tensorflow; it first checks the TensorFlow installed (stack_check: one line unless 2.15.x). A
+value already in the environment always wins, so a user can still say
 `TF_ENABLE_ONEDNN_OPTS=0 python main.py ...` or `TF_CPP_MIN_LOG_LEVEL=0 ...`.
 
 - TF_ENABLE_ONEDNN_OPTS=1: oneDNN CPU kernels. TensorFlow 2.15 turns them on by itself only on
@@ -21,8 +22,10 @@ import sys
 import tempfile
 import warnings
 
+from efficientdet_hpu.core import stack_check
 from efficientdet_hpu.core.cli import verbose_requested
 
+stack_check.check_tensorflow()  # one line when the TensorFlow found is not 2.15.x
 VERBOSE = verbose_requested()
 DEFAULTS = {'TF_ENABLE_ONEDNN_OPTS': '1'}
 if not VERBOSE:

@@ -39,6 +39,18 @@ def _choose_required(device, no_hpu):
     return device
 
 
+def _choose_default(no_hpu):
+    """HPU when Habana's module loads, else GPU when TensorFlow lists one, else CPU. Inside
+    Habana's stack without a usable Gaudi (no card, no driver) it says so in one line."""
+    if not no_hpu:
+        available, reason = habana.probe_hpu()
+        if available:
+            return 'HPU'
+        if habana.installed():
+            logging.warning('%sno Gaudi HPU: %s', rank_logging.rank_log_prefix(), reason)
+    return 'GPU' if _gpu_available() else 'CPU'
+
+
 def select_device(no_hpu: bool = False, require: str | None = None) -> str:
     """Returns 'HPU', 'GPU' or 'CPU' and logs the choice once per distinct call.
 
@@ -55,10 +67,8 @@ def select_device(no_hpu: bool = False, require: str | None = None) -> str:
     if key not in _devices:
         if wanted is not None:
             device = _choose_required(wanted, no_hpu)
-        elif not no_hpu and habana.probe_hpu()[0]:
-            device = 'HPU'
         else:
-            device = 'GPU' if _gpu_available() else 'CPU'
+            device = _choose_default(no_hpu)
         _devices[key] = device
         logging.info('%sdevice: %s%s', rank_logging.rank_log_prefix(), device,
                      ' (HPU skipped: --no_hpu)' if no_hpu else '')

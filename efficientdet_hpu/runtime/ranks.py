@@ -5,12 +5,12 @@ same code runs under `python main.py` and `mpirun -np N python main.py`. On Gaud
 devices.select_device() runs before init(): Habana's module loads before hvd.init(), and
 hvd.init() reads the knobs of habana.habana_env_defaults().
 """
-import importlib.util
 import os
 
 import tensorflow.compat.v1 as tf
 from absl import logging
 
+from efficientdet_hpu.core.cli import UserError
 from efficientdet_hpu.runtime import habana
 
 _hvd = None          # the horovod.tensorflow module once init() has started it
@@ -35,11 +35,15 @@ def launcher_world_size():
     return size or 1
 
 
+class HorovodMissing(UserError, ImportError):
+    """A multi-rank run (or --use_horovod) on an environment without Horovod: one line."""
+
+
 def _import_horovod(why):
     try:
         import horovod.tensorflow as hvd  # pylint: disable=g-import-not-at-top
     except ImportError as err:
-        raise ImportError(
+        raise HorovodMissing(
             'Horovod is needed (%s) but horovod.tensorflow cannot be imported: %s. Install it with '
             '`bash tools/setup_env.sh` (builds horovod==0.28.1 with MPI against the installed '
             'TensorFlow), or on a Gaudi host `pip install -r requirements-hpu.txt`.'
@@ -61,7 +65,7 @@ def init(use_horovod: bool | None = None) -> None:
         use_horovod = launched > 1
     if use_horovod:
         hvd = _import_horovod(why)
-        if not habana.probed() and importlib.util.find_spec('habana_frameworks') is not None:
+        if not habana.probed() and habana.installed():
             logging.warning('init() before select_device() on a host with habana_frameworks: the '
                             'Habana module should load before hvd.init(); call select_device() first')
         hvd.init()

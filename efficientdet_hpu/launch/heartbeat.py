@@ -7,7 +7,7 @@ in Horovod's background loop, between the MPI collectives of the loop, and rank 
 waits inside such a collective for good (measured here: no warning, no shutdown, after minutes).
 
 So under the launcher's multi-box mpirun every rank also beats: a thread of the rank
-(runtime/distributed.py) rewrites `<dir>/rank.<r>` every HEARTBEAT_SECONDS with a counter, its
+(runtime/rank_heartbeat.py) rewrites `<dir>/rank.<r>` every HEARTBEAT_SECONDS with a counter, its
 pid and its host; `done` when the rank ends normally. The launcher watches those files
 (model_dir is on storage every box shares) and, when one has not changed for the stall
 shutdown time, prints the rank, its box and pid, and ends the job. Changes are timed on the
@@ -20,11 +20,8 @@ import re
 import time
 
 from efficientdet_hpu.launch.hosts import ClusterConfigError
+from efficientdet_hpu.runtime.rank_heartbeat import DONE, HEARTBEAT_DIR_ENV  # noqa: F401
 
-# The same names in runtime/distributed.py, which must not import this package (it is above).
-HEARTBEAT_DIR_ENV = "EFFICIENTDET_HEARTBEAT_DIR"
-HEARTBEAT_SECONDS = 2.0
-DONE = "done"
 STALL_CHECK_ENV = "HOROVOD_STALL_CHECK_TIME_SECONDS"
 STALL_SHUTDOWN_ENV = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
 HOROVOD_STALL_CHECK_DEFAULT = 60     # Horovod's own default

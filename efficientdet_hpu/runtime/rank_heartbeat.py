@@ -9,9 +9,10 @@ import os
 import socket
 import threading
 
-# The launcher's names (launch/heartbeat.py; the runtime layer cannot import the launch layer).
+# Shared with the launcher's stall watch (launch/heartbeat.py imports them).
 HEARTBEAT_DIR_ENV = 'EFFICIENTDET_HEARTBEAT_DIR'
 HEARTBEAT_SECONDS = 2.0
+DONE = 'done'  # What a rank that ended normally writes: not a stall.
 
 
 def start_if_asked():
@@ -54,4 +55,4 @@ class Heartbeat:
     def stop(self):
         self._stopped.set()
         self._thread.join(timeout=HEARTBEAT_SECONDS + 5)
-        self._write('done %d\n' % os.getpid())
+        self._write('%s %d\n' % (DONE, os.getpid()))

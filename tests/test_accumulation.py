@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_main, run_process
-from efficientdet_hpu.config import hparams_config, model_params
+from efficientdet_hpu.config import hparams_config, settings
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.training import accumulation, det_model_fn, run_setup
@@ -46,8 +46,8 @@ def test_float16_overflow_in_any_micro_batch_skips_the_whole_step():
                            tf.float32)
         config = hparams_config.get_efficientdet_config()
         config.override(dict(momentum=0.0, moving_average_decay=0.9, clip_gradients_norm=0.0))
-        params = model_params.ModelParams(config, model_params.RunParams(
-            batch_size=1, accumulation_steps=2, compute_dtype='float16'))
+        params = settings.finalize(config, settings.RunFacts(
+            accumulation_steps=2, use_amp=True, half_dtype='float16'))
         train_op, _, keep_going = det_model_fn._train_op(
             micro_batch_loss(1.0), params, 0.01, [4.0], micro_batch_loss)
         scale = [v for v in tf1.global_variables() if v.name == 'loss_scale/scale:0'][0]
@@ -76,20 +76,26 @@ def _options(tmp_path, **values):
     return RunOptions.from_values(fields)
 
 
-def test_global_batch_size_derives_the_steps_and_names_a_bad_value(tmp_path):
+def test_global_batch_size_derives_the_steps_and_names_a_bad_value():
     config = hparams_config.get_efficientdet_config()
-    derive = run_setup.accumulation_steps
-    assert derive(_options(tmp_path, train_batch_size=2, global_batch_size=64), config, 2, 4) == 8
-    assert config.gradient_accumulation_steps == 8  # What model_dir/config.yaml records.
+
+    def derive(ranks, **flags):
+        return settings.finalize(config, settings.RunFacts(ranks=ranks, per_rank_batch=2,
+                                                           **flags))
+    derived = derive(4, global_batch_size=64)
+    assert (derived.batch.accumulation_steps, derived.batch.global_size) == (8, 64)
+    # What model_dir/config.yaml records.
+    assert derived.config.gradient_accumulation_steps == 8
     config.gradient_accumulation_steps = 3  # A recipe's key, used when no flag says otherwise.
-    assert derive(_options(tmp_path, train_batch_size=2), config, 2, 1) == 3
-    assert derive(_options(tmp_path, gradient_accumulation_steps=2), config, 2, 1) == 2
-    with pytest.raises(run_setup.RunSetupError, match=r'--global_batch_size=60 is not a multiple '
+    assert derive(1).batch.accumulation_steps == 3
+    assert derive(1, accumulation_steps=2).batch.accumulation_steps == 2
+    with pytest.raises(settings.SettingsError, match=r'--global_batch_size=60 is not a multiple '
                        r'of 4 ranks x --train_batch_size=2 = 8 images'):
-        derive(_options(tmp_path, global_batch_size=60), config, 2, 4)
-    with pytest.raises(run_setup.RunSetupError, match='disagrees'):
-        derive(_options(tmp_path, global_batch_size=64, gradient_accumulation_steps=2),
-               config, 2, 4)
+        derive(4, global_batch_size=60)
+    with pytest.raises(settings.SettingsError, match='disagrees'):
+        derive(4, global_batch_size=64, accumulation_steps=2)
+    with pytest.raises(settings.SettingsError, match='--train_batch_size=0 must be a positive'):
+        settings.finalize(config, settings.RunFacts(per_rank_batch=0, global_batch_size=64))
     with pytest.raises(hparams_config.ConfigError, match='gradient_accumulation_steps'):
         hparams_config.validate(config.override({'gradient_accumulation_steps': 0}))
 
@@ -106,7 +112,7 @@ def test_a_recipe_may_give_the_global_batch_or_the_accumulation_steps(tmp_path):
 
 def _learning_rates(run, steps):
     """The learning rate model_fn builds for `run`, at each global step of `steps`."""
-    params = model_params.to_estimator(run.config, run.params)
+    params = run.settings
     with tf.Graph().as_default():
         reader = dataloader.InputReader(None, is_training=True, use_fake_data=True)
         features, labels = tf1.data.make_one_shot_iterator(reader(params)).get_next()
@@ -136,7 +142,8 @@ def test_learning_rate_schedule_follows_the_global_batch(tmp_path):
         config = hparams_config.get_efficientdet_config().override(options.hparams)
         runs.append(run_setup.prepare(options, config, set()))
     for run in runs:
-        assert (run.params.global_batch_size, run.steps_per_epoch, run.total_steps) == (8, 8, 32)
+        assert (run.settings.batch.global_size, run.settings.schedule.steps_per_epoch,
+                run.settings.schedule.total_steps) == (8, 8, 32)
     for run in runs:
         run.close()  # The model_dir locks and their refresher threads (tests/conftest.py).
     checkpoints = [0, 8, 20, 32]  # warm-up: 1 epoch of 8 steps; 4 epochs.

@@ -277,14 +277,18 @@ def test_images_must_match_config_image_size():
             efficientdet_arch.build_model(images, config, False)
 
 
-@pytest.mark.parametrize('mixed_precision,compute_dtype', [
-    (True, 'float32'), (False, 'bfloat16'), (False, 'float64')])
-def test_compute_dtype_must_agree_with_mixed_precision(mixed_precision, compute_dtype):
-    config = tiny_config(max_level=5, mixed_precision=mixed_precision)
+def test_compute_dtype_is_the_one_precision_field_the_network_reads():
+    """settings.finalize turns mixed_precision into compute_dtype; the network reads only
+    compute_dtype (evaluation builds a mixed-precision run's config in float32 as it is)."""
+    config = tiny_config(max_level=5, mixed_precision=True)
+    with tf.Graph().as_default() as graph:
+        efficientdet_arch.build_model(_images(config), config, False, compute_dtype='float32')
+        assert not [op for op in graph.get_operations()
+                    if any(t.dtype == tf.bfloat16 for t in op.outputs)]
     with tf.Graph().as_default():
         with pytest.raises(ValueError, match='compute_dtype'):
             efficientdet_arch.build_model(_images(config), config, False,
-                                          compute_dtype=compute_dtype)
+                                          compute_dtype='float64')
 
 
 def test_upsample_nearest_repeats_pixels_exactly():

@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.config import model_params
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.data import dataloader
@@ -250,7 +250,7 @@ def test_ckpt_warm_start_loads_automls_weights_class_head_included():
         _, skipped, problems = warm_start.plan_restore(
             tf.train.latest_checkpoint(SHARED), variables, allow_class_head_skip=True)
         assert skipped == [] and problems == []
-        warm_start.apply(model_params.RunParams(batch_size=1, ckpt=SHARED))
+        warm_start.apply(settings.finalize(config, settings.RunFacts(ckpt=SHARED)).runtime)
         logits = postprocess.flatten_levels(class_outputs, 90)[0]
         codes = postprocess.flatten_levels(box_outputs, 4)[0]
         with tf1.Session() as session:

@@ -25,12 +25,12 @@ import pytest
 import tensorflow as tf
 
 from efficientdet_hpu.config import automl_config
-from efficientdet_hpu.config import model_params
+from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import run_setup
 
 tf1 = tf.compat.v1
 
@@ -101,16 +101,15 @@ def automl_recipe_config(**overrides):
 def _recipe_rates(name, steps):
     base = META['learning_rate_recipes']['base']
     schedule = META['learning_rate_recipes']['schedules'][name]
-    config = recipe.resolve('efficientdet-d0', lr_decay_method=name)
-    config.override({k: base[k] for k in ('learning_rate', 'lr_warmup_init', 'lr_warmup_epoch',
-                                          'first_lr_drop_epoch', 'second_lr_drop_epoch',
-                                          'num_epochs')})
-    steps_per_epoch, total = run_setup.schedule_steps(
-        base['num_examples_per_epoch'], base['batch_size'], config.num_epochs)
-    assert (steps_per_epoch, total) == (schedule['steps_per_epoch'], schedule['total_steps'])
-    params = model_params.to_estimator(config, model_params.RunParams(
-        batch_size=8, global_batch_size=base['batch_size'], steps_per_epoch=steps_per_epoch,
-        total_steps=total))
+    config = hparams_config.get_efficientdet_config().override(dict(
+        {k: base[k] for k in ('learning_rate', 'lr_warmup_init', 'lr_warmup_epoch',
+                              'first_lr_drop_epoch', 'second_lr_drop_epoch', 'num_epochs')},
+        lr_decay_method=name))
+    params = settings.finalize(config, settings.RunFacts(  # 8 ranks of 8: automl's batch 64.
+        ranks=base['batch_size'] // 8, per_rank_batch=8,
+        examples_per_epoch=base['num_examples_per_epoch']))
+    assert (params.schedule.steps_per_epoch, params.schedule.total_steps) == (
+        schedule['steps_per_epoch'], schedule['total_steps'])
     with tf.Graph().as_default():
         step = tf1.placeholder(tf.int64, [])
         rate = det_model_fn.learning_rate_of_run(step, params)
@@ -152,7 +151,7 @@ def _batch(tmp_path, config):
     """(images, labels) of the fixture's batch through this project's training input."""
     pattern = _write_records(str(tmp_path / 'automl_training.tfrecord'))
     reader = dataloader.InputReader(pattern, is_training=True, deterministic=True, seed=0)
-    params = dict(config.as_dict(), batch_size=META['batch'])
+    params = settings.finalize(config, settings.RunFacts(per_rank_batch=META['batch']))
     images, labels = next(iter(reader(params).as_numpy_iterator()))
     order = np.argsort(labels['source_ids'])  # Image 1 first, as automl's batch.
     return images[order], {k: v[order] for k, v in labels.items()}
@@ -245,10 +244,8 @@ def _train_steps(images, labels, params):
 def our_steps(tmp_path_factory):
     config = automl_recipe_config()
     images, labels = _batch(tmp_path_factory.mktemp('automl_training'), config)
-    steps_per_epoch, total = run_setup.schedule_steps(1000, META['batch'], config.num_epochs)
-    params = model_params.to_estimator(config, model_params.RunParams(
-        batch_size=META['batch'], global_batch_size=META['batch'],
-        steps_per_epoch=steps_per_epoch, total_steps=total))
+    params = settings.finalize(config, settings.RunFacts(per_rank_batch=META['batch'],
+                                                         examples_per_epoch=1000))
     return _train_steps(images, labels, params)
 
 

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.ops import anchors
 import tfrecord_fixtures as fixtures
@@ -26,7 +27,7 @@ def tiny_params(batch_size=2, **overrides):
     config.override(dict(image_size=128, min_level=3, max_level=5, num_classes=3,
                          max_instances_per_image=8, shuffle_buffer=16))
     config.override(overrides)
-    return dict(config.as_dict(), batch_size=batch_size)
+    return settings.finalize(config, settings.RunFacts(per_rank_batch=batch_size))
 
 
 NO_AUGMENTATION = dict(input_rand_hflip=False, jitter_min=1.0, jitter_max=1.0)
@@ -161,7 +162,7 @@ def test_augmented_boxes_stay_on_their_object(tmp_path):
     reader = dataloader.InputReader(pattern, is_training=True, deterministic=True, seed=2)
     images, labels = first_batch(reader, params)
     anchor_boxes = anchors.generate_anchor_boxes(128, 128, 3, 5, 3, [1.0, 2.0, 0.5], 4.0)
-    colour = (fixtures.PALETTE[0] - np.array(params['mean_rgb'])) / params['stddev_rgb']
+    colour = (fixtures.PALETTE[0] - np.array(params.config.mean_rgb)) / params.config.stddev_rgb
     checked = 0
     for index in range(8):
         positive = flat_targets(labels, index, 'cls_targets', ()) >= 0
@@ -222,8 +223,8 @@ def test_png_records_decode_exactly(tmp_path):
     pattern = fixtures.write_shards(tmp_path, [spec])
     params = tiny_params(batch_size=1)
     images, _ = first_batch(dataloader.InputReader(pattern, is_training=False), params)
-    expected = (fixtures.render_pixels(spec) - np.array(params['mean_rgb'])) / np.array(
-        params['stddev_rgb'])
+    expected = (fixtures.render_pixels(spec) - np.array(params.config.mean_rgb)) / np.array(
+        params.config.stddev_rgb)
     np.testing.assert_allclose(images[0], expected, rtol=1e-5, atol=1e-5)
 
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.config import model_params
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.training import det_model_fn
 from cli_runs import TINY_HPARAMS
@@ -39,18 +39,21 @@ def test_cosine_from_warmup_end_by_hand():
     np.testing.assert_allclose(values, [0.1, 0.05, 0.0, 0.0], rtol=1e-5, atol=1e-7)
 
 
+def _warning(examples, epochs, **hparams):
+    """cosine_rise_warning of a run of batch 64 over `examples` images per epoch."""
+    config = hparams_config.get_efficientdet_config().override(hparams)
+    return det_model_fn.cosine_rise_warning(settings.finalize(config, settings.RunFacts(
+        per_rank_batch=64, examples_per_epoch=examples, num_epochs=epochs)))
+
+
 def test_automl_cosine_that_rises_again_is_said_in_one_line():
-    config = hparams_config.get_efficientdet_config()
     # The demo's shape: 400 warm-up steps of 1600; automl's COCO: 1 epoch of 300.
-    config.override(dict(lr_warmup_epoch=0.5))
-    line = det_model_fn.cosine_rise_warning(config, 800.0, 1600)
+    line = _warning(800 * 64, 2, lr_warmup_epoch=0.5)
     assert line.startswith("learning rate: automl's cosine (counted from step 0) reaches 0 at "
                            'step 1200 and rises back to 25% of its peak by step 1600')
     assert 'cosine_from_warmup_end=true' in line
-    config.override(dict(lr_warmup_epoch=1.0))
-    assert det_model_fn.cosine_rise_warning(config, 1848.2, 554470) is None
-    config.override(dict(lr_warmup_epoch=0.5, cosine_from_warmup_end=True))
-    assert det_model_fn.cosine_rise_warning(config, 800.0, 1600) is None
+    assert _warning(118287, 300, lr_warmup_epoch=1.0) is None
+    assert _warning(800 * 64, 2, lr_warmup_epoch=0.5, cosine_from_warmup_end=True) is None
 
 
 def test_stepwise_schedule_by_hand():
@@ -82,21 +85,24 @@ def test_positives_momentum_is_automls_moving_normaliser_by_hand():
 def test_learning_rate_scales_with_the_global_batch():
     config = hparams_config.get_efficientdet_config()
     config.override(dict(learning_rate=0.08, lr_warmup_init=0.008, lr_base_batch_size=64))
-    params = model_params.view(model_params.to_estimator(
-        config, model_params.RunParams(batch_size=4, global_batch_size=16)))
-    np.testing.assert_allclose(det_model_fn._scaled_learning_rates(params), (0.02, 0.002))
+    params = settings.finalize(config, settings.RunFacts(ranks=4, per_rank_batch=4))
+    assert params.batch.global_size == 16
+    np.testing.assert_allclose((params.schedule.learning_rate, params.schedule.warmup_init),
+                               (0.02, 0.002))
 
 
-def _tiny_params():
+def _tiny_params(**overrides):
+    """Batch 2, learning rate 0.08 (lr_base_batch_size 2), 100 steps per epoch, 1000 steps."""
     # Global-norm clipping only (the non-automl choice, tested here; automl's per-variable
     # clipping is tested against automl in test_automl_training.py): on this tiny batch the
     # per-variable cut to 10 slows the first 12 steps (the loss fell 19%, not the 20% below).
     config = hparams_config.get_efficientdet_config('efficientdet-d0')
     config.override(TINY_HPARAMS + ',num_classes=3,input_rand_hflip=false,jitter_min=1.0,'
                     'jitter_max=1.0,learning_rate=0.08,lr_warmup_init=0.08,moving_average_decay=0.9'
-                    ',clip_gradients_per_variable=false')
-    return dict(config.as_dict(), batch_size=2, global_batch_size=64, steps_per_epoch=100,
-                total_steps=1000, compute_dtype='float32', seed=1)
+                    ',clip_gradients_per_variable=false,lr_base_batch_size=2')
+    config.override(overrides)
+    return settings.finalize(config, settings.RunFacts(
+        per_rank_batch=2, examples_per_epoch=200, num_epochs=10, seed=1))
 
 
 @pytest.mark.slow  # Trains: 12 steps of the tiny model in this process.
@@ -129,13 +135,14 @@ def _bfloat16_ops(build):
 
 def test_predict_computes_in_float32_when_training_uses_bfloat16():
     # As Habana's port: --use_amp trains in bfloat16, evaluation and prediction run float32.
-    params = dict(_tiny_params(), compute_dtype='bfloat16', mixed_precision=True)
+    params = _tiny_params(mixed_precision=True)
+    assert params.runtime.compute_dtype == 'bfloat16'  # The CPU's half type.
     assert _bfloat16_ops(lambda: det_model_fn.model_fn(
         {'images': tf.zeros([2, 128, 128, 3])}, None, tf1.estimator.ModeKeys.PREDICT,
         params)) == []
     # The same network in training mode is bfloat16: the check sees it.
     assert len(_bfloat16_ops(lambda: det_model_fn._build_network(
-        {'images': tf.zeros([2, 128, 128, 3])}, model_params.view(params),
+        {'images': tf.zeros([2, 128, 128, 3])}, params,
         is_training=True))) > 100
 
 
@@ -151,8 +158,8 @@ def test_float16_overflow_skips_the_step_and_lowers_the_loss_scale():
         config = hparams_config.get_efficientdet_config()
         config.override(dict(optimizer='sgd', momentum=0.0, moving_average_decay=0.9,
                              clip_gradients_norm=0.0))
-        params = model_params.ModelParams(
-            config, model_params.RunParams(batch_size=1, compute_dtype='float16'))
+        params = settings.finalize(config, settings.RunFacts(use_amp=True,
+                                                             half_dtype='float16'))
         train_op, _, keep_going = det_model_fn._train_op(loss, params, learning_rate=0.01)
         scale = [v for v in tf1.global_variables() if v.name == 'loss_scale/scale:0'][0]
         step = tf1.train.get_or_create_global_step()
@@ -236,7 +243,7 @@ def test_ema_shadows_and_update_equal_tensorflows_exponential_moving_average(tmp
 
 @pytest.mark.slow  # Trains: 2 steps of the tiny model in this process.
 def test_var_freeze_expr_keeps_the_backbone_still_while_the_rest_trains(tiny_dataset):
-    params = dict(_tiny_params(), var_freeze_expr='efficientnet', num_classes=4)  # The labels.
+    params = _tiny_params(var_freeze_expr='efficientnet', num_classes=4)  # 4: the labels'.
     with tf.Graph().as_default():
         tf1.set_random_seed(1)
         reader = dataloader.InputReader(tiny_dataset['train_pattern'], is_training=True,

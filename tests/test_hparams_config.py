@@ -2,7 +2,6 @@
 import pytest
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.config import model_params
 from efficientdet_hpu.config.hparams_config import ConfigError, get_efficientdet_config
 
 
@@ -210,20 +209,3 @@ def test_own_config_yaml_of_before_survival_prob_meant_the_heads(tmp_path):
     loaded = recipe.read_saved_config(str(path))
     assert (loaded.survival_prob, loaded.backbone_survival_prob) == (None, 1.0)
     assert loaded.nms_configs.class_agnostic is False  # Keys added since: their defaults.
-
-
-def test_model_params_view_reads_back_what_a_run_writes():
-    config = hparams_config.get_efficientdet_config('efficientdet-d1')
-    config.override('num_classes=3')
-    run = model_params.RunParams(batch_size=2, global_batch_size=8, steps_per_epoch=5,
-                                 total_steps=50, seed=7, compute_dtype='bfloat16')
-    params = model_params.to_estimator(config, run)
-    view = model_params.view(params)
-    assert view.run == run and view.config == config
-    assert model_params.view(view) is view
-    with pytest.raises(ValueError, match='batch_sise'):
-        model_params.view(dict(params, batch_sise=3))  # A typo'd key is named, not ignored.
-    without_batch = dict(params)
-    del without_batch['batch_size']
-    with pytest.raises(ValueError, match='batch_size'):
-        model_params.view(without_batch)

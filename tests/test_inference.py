@@ -14,6 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.ops import host_postprocess
 from efficientdet_hpu.serving import detector
@@ -52,7 +53,7 @@ def _eval_mode_detections(model_dir, val_pattern):
     """{source_id: rows [n, 7]} from Estimator.predict through det_model_fn (EMA weights)."""
     with open(os.path.join(model_dir, 'config.yaml')) as f:
         config = hparams_config.Config.from_yaml(f.read())
-    params = dict(config.as_dict(), compute_dtype='float32', batch_size=2)
+    params = settings.finalize(config, settings.RunFacts(per_rank_batch=2))
     reader = dataloader.InputReader(val_pattern, is_training=False)
 
     def input_fn(params):

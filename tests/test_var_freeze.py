@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from efficientdet_hpu.config import automl_config
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.config import model_params
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.training import var_freeze
 
@@ -60,7 +60,7 @@ def test_a_real_step_moves_only_the_variables_left_trainable():
         config = hparams_config.get_efficientdet_config()
         config.override(dict(optimizer='sgd', momentum=0.0, moving_average_decay=0.9,
                              clip_gradients_norm=0.0, var_freeze_expr='(efficientnet|fpn)'))
-        params = model_params.ModelParams(config, model_params.RunParams(batch_size=1))
+        params = settings.finalize(config)
         train_op, _, _ = det_model_fn._train_op(loss, params, learning_rate=0.1)
         with tf1.Session() as session:
             session.run(tf1.global_variables_initializer())
@@ -82,7 +82,7 @@ def _three_weight_run(steps, **keys):
         config.override(dict(dict(optimizer='sgd', momentum=0.9, moving_average_decay=0.9,
                                   clip_gradients_norm=1.5, clip_gradients_per_variable=False,
                                   var_freeze_expr='(efficientnet|fpn)'), **keys))
-        params = model_params.ModelParams(config, model_params.RunParams(batch_size=1))
+        params = settings.finalize(config)
         train_op, _, _ = det_model_fn._train_op(loss, params, learning_rate=0.1)
         with tf1.Session() as session:
             session.run(tf1.global_variables_initializer())

@@ -150,7 +150,7 @@ def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session
     rows = []
     try:
         for mode in modes:
-            run = _runner(predictor, mode, detector.inference_config(spec.config))
+            run = _runner(predictor, mode, spec.config)
             row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
             row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds,
                        peak_host_memory_mb=run_log.host_memory_mb()[1])

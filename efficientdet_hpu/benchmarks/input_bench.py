@@ -13,6 +13,8 @@ import time
 
 import tensorflow as tf
 
+from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.data import dataloader
 
 WARMUP_BATCHES = 5
@@ -34,8 +36,8 @@ def measure(file_pattern, config, batch_size, num_batches, is_training, *,
         which stays meaningful on a busy machine: an idle one with C cores can deliver
         about C * 1000 / cpu_ms_per_image images/s.
     """
-    values = config.as_dict() if hasattr(config, 'as_dict') else dict(config)
-    params = dict(values, batch_size=batch_size)
+    config = hparams_config.Config(config.as_dict() if hasattr(config, 'as_dict') else config)
+    params = settings.finalize(config, settings.RunFacts(per_rank_batch=batch_size))
     reader = dataloader.InputReader(file_pattern, is_training=is_training,
                                     use_fake_data=use_fake_data)
     dataset = reader(params)

@@ -72,7 +72,7 @@ def define_flags():
     flags.DEFINE_bool('use_xla', False, 'XLA auto-clustering of the graph (meant for GPU). '
                       'On CPU TensorFlow clusters nothing without '
                       'TF_XLA_FLAGS=--tf_xla_cpu_global_jit, and D0 training then measured '
-                      '9.6x slower (docs/training-step-profile.md).')
+                      '9.6x slower (docs/dev/training-step-profile.md).')
     flags.DEFINE_bool('deterministic', False, 'Seeded, ordered input and deterministic ops.')
     flags.DEFINE_integer('seed', None, 'Random seed (default 0 with --deterministic).')
     # Habana's spellings: --use_horovod, --use_horovod=8, --use_horovod 8; --dump_all_ranks;
@@ -109,13 +109,12 @@ def apply_recipe_options(run_options):
 
 
 def resolve():
-    """Flags + recipe + overrides -> (RunOptions, config, hparams keys set explicitly)."""
+    """Flags + recipe + overrides -> (RunOptions, config, hparams keys set explicitly); the
+    run's setup finalises the config (config/settings.py)."""
     recipe_values = recipe.read_recipe(FLAGS.hparams)
     apply_recipe_options(recipe_values.run_options)
     options = RunOptions.from_values({name: FLAGS[name].value for name in RunOptions.names()})
     config = recipe.build_config(options.model_name, recipe_values)
-    if options.use_amp:
-        config.mixed_precision = True
     return options, config, recipe_values.explicit_keys
 
 

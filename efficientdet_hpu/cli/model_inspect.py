@@ -28,6 +28,7 @@ from tensorflow.python.framework import ops as tf_ops  # get_stats_for_node_def:
 from efficientdet_hpu.cli import inspect_modes
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
+from efficientdet_hpu.config import settings
 from efficientdet_hpu.core import cli
 from efficientdet_hpu.network import efficientdet_arch
 
@@ -74,7 +75,8 @@ def count_float_ops(graph):
 def build_inspection_graph(config):
     """Returns (graph, class_outputs, box_outputs) of a batch-1 inference graph."""
     height, width = hparams_config.parse_image_size(config.image_size)
-    compute_dtype = 'bfloat16' if config.mixed_precision else 'float32'
+    # As a CPU run of this config would compute (bfloat16 with mixed_precision).
+    compute_dtype = settings.finalize(config).runtime.compute_dtype
     graph = tf.Graph()
     with graph.as_default():
         images = tf1.placeholder(tf.float32, [1, height, width, 3], name='images')

@@ -7,7 +7,7 @@ working; the NMS settings form the one nested group (`nms_configs.iou_thresh=0.6
 Every override is type-checked against the default it replaces; unknown keys and unknown model
 names are errors that list the valid choices. `to_yaml()` / `from_yaml()` round-trip exactly.
 Key names and values of google/automl and Habana recipes are translated with a note
-(training/automl_config.py).
+(config/automl_config.py).
 """
 import copy
 import difflib
@@ -106,7 +106,7 @@ _DEFAULTS = {
     'num_epochs': 300,
     'mixed_precision': False,
     # Evaluation, export and prediction: automl's COCO-eval path (each anchor's best class,
-    # soft-NMS per class) with boxes clipped to the image; docs/automl-readme-section.md.
+    # soft-NMS per class) with boxes clipped to the image; docs/automl.md#post-processing.
     'nms_configs': {
         'method': 'gaussian',  # 'hard' | 'gaussian' (soft-NMS).
         'iou_thresh': 0.5,  # Hard NMS only.
@@ -267,12 +267,13 @@ def flatten_keys(mapping, prefix=''):
 
 
 class Config:
-    """Attribute-access configuration; nested groups are Configs too."""
+    """Attribute-access configuration; nested groups are Configs too; frozen: read-only."""
 
-    def __init__(self, values=None):
+    def __init__(self, values=None, frozen=False):
         object.__setattr__(self, '_values', {})
+        object.__setattr__(self, '_frozen', frozen)
         for key, value in (values or {}).items():
-            self._values[key] = Config(value) if isinstance(value, dict) else value
+            self._values[key] = Config(value, frozen) if isinstance(value, dict) else value
 
     def __getattr__(self, key):
         try:
@@ -295,6 +296,14 @@ class Config:
     def __repr__(self):
         return 'Config(%r)' % self.as_dict()
 
+    def __deepcopy__(self, memo):
+        return self if self._frozen else Config(self.as_dict())
+
+    is_frozen = property(lambda self: self._frozen)
+
+    def frozen(self):  # A copy that raises on any change; itself when already frozen.
+        return self if self._frozen else Config(self.as_dict(), frozen=True)
+
     def keys(self):
         return list(self._values)
 
@@ -307,6 +316,9 @@ class Config:
 
     def override(self, overrides):
         """Applies a dict (nested or dotted keys), an 'a=1,b.c=2' string or a YAML path."""
+        if self._frozen:
+            raise TypeError('this config is finalised (config/settings.py): change a copy, '
+                            'Config(config.as_dict())')
         if isinstance(overrides, str):
             overrides = (load_yaml(overrides) if is_yaml_path(overrides)
                          else parse_override_string(overrides))
@@ -366,8 +378,8 @@ def load_yaml(path):
 
 
 def anchor_settings(config):
-    """anchors.generate_anchor_boxes' keyword arguments from a Config (a params dict is read
-    as a Config through config/model_params.view first)."""
+    """anchors.generate_anchor_boxes' keyword arguments from a Config (a run's
+    settings.config)."""
     return {key: config[key] for key in
             ('min_level', 'max_level', 'num_scales', 'aspect_ratios', 'anchor_scale')}
 

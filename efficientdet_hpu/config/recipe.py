@@ -51,11 +51,12 @@ def resolve(model_name='efficientdet-d0', hparams='', base=None, **fixed):
     """The config front-end of the tools (bench, model_inspect, inference): defaults or `base`
     <- `hparams` (recipe and/or overrides) <- `fixed` values that are not None (a tool's own
     flags such as image_size=...). A recipe's run options (main.py flags) are ignored, except
-    model_name, which the recipe may set. Returns the validated Config."""
+    model_name, which the recipe may set. Returns the validated Config, frozen: a tool's
+    finalised configuration (it computes in float32 and has no schedule)."""
     recipe = read_recipe(hparams)
     config = build_config(recipe.run_options.get('model_name', model_name), recipe, base)
     config.override({key: value for key, value in fixed.items() if value is not None})
-    return hparams_config.validate(config)
+    return hparams_config.validate(config).frozen()
 
 
 def read_saved_config(path):

@@ -30,7 +30,6 @@ import numpy as np
 import tensorflow as tf
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.config import model_params
 from efficientdet_hpu.data import record_parser
 from efficientdet_hpu.data import tfrecord_framing as framing
 from efficientdet_hpu.data.record_parser import CONVERTER_HINT
@@ -235,8 +234,7 @@ class InputReader:
         """Returns a tf.data.Dataset of (images float32 [B, H, W, 3], labels dict); B is the
         run's batch_size, times accumulation_steps when training.
 
-        params: the Estimator's params dict (or its config.model_params view)."""
-        params = model_params.view(params)
+        params: the run's config/settings.Settings (the Estimator's params)."""
         num_shards, shard_index = self._num_shards, self._shard_index
         if input_context is not None:
             num_shards = input_context.num_input_pipelines
@@ -258,8 +256,8 @@ class InputReader:
 
     def _batch_size(self, params):
         """Images per rank and batch: training reads all micro-batches of an optimizer step
-        (batch_size x accumulation_steps; model_fn cuts them), evaluation batch_size."""
-        return params.run.step_batch_size if self._is_training else params.run.batch_size
+        (per-rank batch x accumulation steps; model_fn cuts them), evaluation its own batch."""
+        return params.batch.step_size if self._is_training else params.batch.eval_per_rank
 
     @property
     def _ordered(self):

@@ -29,17 +29,11 @@ tf1 = tf.compat.v1
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
 
 
-def resolve_compute_dtype(mixed_precision, compute_dtype):
-    """The dtype layers compute in: float32, or a half type when mixed_precision is on."""
+def resolve_compute_dtype(compute_dtype):
+    """The dtype layers compute in: float32, or a half type (what config/settings.finalize
+    chose from mixed_precision and the device; the network reads no other precision field)."""
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError('compute_dtype=%r is not one of %s' % (compute_dtype, COMPUTE_DTYPES))
-    if mixed_precision and compute_dtype == 'float32':
-        raise ValueError("config.mixed_precision=true needs compute_dtype='bfloat16' (CPU/HPU) "
-                         "or 'float16' (GPU); got 'float32'. Pass runtime.mixed_precision_dtype"
-                         "(device), or set mixed_precision=false.")
-    if not mixed_precision and compute_dtype != 'float32':
-        raise ValueError("compute_dtype=%r needs config.mixed_precision=true (--hparams="
-                         "mixed_precision=true), or pass compute_dtype='float32'" % compute_dtype)
     return tf.as_dtype(compute_dtype)
 
 
@@ -262,14 +256,16 @@ def build_model(images, config, is_training, allreduce_mean_fn=None, compute_dty
       allreduce_mean_fn: f(float32 tensor) -> its mean over workers; used for synchronous
         batch norm when config.sync_batch_norm is set (ignored otherwise, and local batch norm
         is used when it is None).
-      compute_dtype: 'float32', or with config.mixed_precision 'bfloat16' (CPU/HPU) /
-        'float16' (GPU); variables stay float32 either way.
+      compute_dtype: 'float32', 'bfloat16' (CPU/HPU) or 'float16' (GPU): a finalised run's
+        settings.runtime.compute_dtype; variables stay float32 either way. config's
+        mixed_precision key is not read here.
     Returns:
       (class_outputs, box_outputs): {level: float32 [B, H/2**l, W/2**l, A * num_classes]} and
       {level: float32 [B, H/2**l, W/2**l, A * 4]}, A = num_scales * len(aspect_ratios).
     """
-    hparams_config.validate(config)
-    dtype = resolve_compute_dtype(config.mixed_precision, compute_dtype)
+    if not config.is_frozen:  # A frozen one was validated when it was finalised.
+        hparams_config.validate(config)
+    dtype = resolve_compute_dtype(compute_dtype)
     height, width = hparams_config.parse_image_size(config.image_size)
     _check_images(images, height, width, config.image_size)
     norm_fn = functools.partial(

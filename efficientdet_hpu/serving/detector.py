@@ -86,13 +86,6 @@ def build_detector(net_images, image_scales, image_sizes, config, label_map, reu
     }
 
 
-def inference_config(config):
-    """Exported graphs compute in float32 (the checkpoint's master weights are float32)."""
-    config = hparams_config.Config(config.as_dict())
-    config.mixed_precision = False
-    return config
-
-
 def initialize_weights(session, spec):
     """The checkpoint's EMA weights (as evaluation uses them), or random ones without one."""
     if spec.checkpoint:
@@ -123,7 +116,7 @@ def import_frozen(graph_def, tensors):
 def build_frozen_graph(spec, batch_size=None, encoded=False):
     """The inference graph of `spec` with its weights frozen in: (graph, {'inputs': uint8
     [B, H, W, 3] or string [B] placeholder, OUTPUT_KEYS..., RAW_KEYS...: tensors})."""
-    config = inference_config(spec.config)
+    config = spec.config  # Computed in float32 whatever it trained in.
     with tf.Graph().as_default():
         if encoded:
             inputs = tf1.placeholder(tf.string, [batch_size], 'encoded_images')

@@ -36,7 +36,7 @@ SIGNATURE_ENCODED = 'serving_encoded'
 
 def _build_and_freeze(spec):
     """Both input paths on one set of weights, restored and frozen: (GraphDef, tensors)."""
-    config = detector.inference_config(spec.config)
+    config = spec.config
     with tf.Graph().as_default():
         images = tf1.placeholder(tf.uint8, [None, None, None, 3], name='images')
         encoded = tf1.placeholder(tf.string, [None], name='encoded_images')

@@ -103,7 +103,7 @@ def build_tflite_graph(spec, part):
     part 'network': images -> class_logits float32 [1, N, C], box_codes float32 [1, N, 4]
     (anchor order); 'postprocess': class_logits, box_codes -> detections, num_detections.
     """
-    config = detector.inference_config(spec.config)
+    config = spec.config
     height, width = hparams_config.parse_image_size(config.image_size)
     num_anchors = len(anchors.generate_anchor_boxes(height, width,
                                                     **hparams_config.anchor_settings(config)))

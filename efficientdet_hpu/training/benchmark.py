@@ -53,16 +53,16 @@ def run_benchmark(run):
     timer = StepTimerHook()
     start = time.time()
     steps = options.benchmark_warmup_steps + options.benchmark_steps
-    train_hooks = [timer] + hooks.make_training_hooks(options, run.total_steps, steps,
-                                                      run.params.global_batch_size)
+    train_hooks = [timer] + hooks.make_training_hooks(run, steps)
     run.estimator.train(train_input_fn(run), steps=steps, hooks=train_hooks)
     # A step trains every accumulated micro-batch: images per step and rank = b x K.
     summary = benchmark_summary(timer.durations, options.benchmark_warmup_steps,
-                                run.params.step_batch_size, distributed.size())
+                                run.settings.batch.step_size, distributed.size())
     current, peak = run_log.host_memory_mb()
     summary.update(mode='train', model_name=run.config.name, image_size=run.config.image_size,
-                   accumulation_steps=run.params.accumulation_steps,
-                   use_fake_data=options.use_fake_data, compute_dtype=run.params.compute_dtype,
+                   accumulation_steps=run.settings.batch.accumulation_steps,
+                   use_fake_data=options.use_fake_data,
+                   compute_dtype=run.settings.runtime.compute_dtype,
                    wall_time_sec=time.time() - start, peak_host_memory_mb=peak,
                    startup_sec=timer.first_step_done_sec, first_step_sec=timer.durations[0],
                    rank=distributed.rank())

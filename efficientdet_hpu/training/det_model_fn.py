@@ -2,14 +2,16 @@
 
 TRAIN: focal + box loss, L2 weight decay, momentum SGD on a warm-up + cosine (or step) schedule
 scaled with the global batch, gradient clipping, an exponential moving average of the weights;
-with params.run.accumulation_steps = K > 1 each rank's batch is K micro-batches whose gradients
-are summed before the one allreduce and update of the step (training/accumulation.py).
+with params.batch.accumulation_steps = K > 1 each rank's batch is K micro-batches whose
+gradients are summed before the one allreduce and update of the step
+(training/accumulation.py).
 EVAL: the losses of the EMA weights. PREDICT: detections of the EMA weights in original image
 pixels (what COCO evaluation and export consume).
 
-`params` is the Estimator's dict of the resolved config and the run settings
-(config/model_params.py), read through its typed view: params.config (a Config) and
-params.run (a RunParams: batch sizes, steps, compute dtype, warm starts).
+`params` is the run's finalised configuration, a config/settings.Settings (the Estimator's
+params): params.config (the frozen hparams Config), params.batch, params.schedule (steps and the
+scaled learning rate) and params.runtime (compute dtype, warm starts). model_fn derives none of
+them itself.
 """
 import functools
 import math
@@ -18,7 +20,6 @@ import re
 import tensorflow as tf
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.config import model_params
 from efficientdet_hpu.network import efficientdet_arch
 from efficientdet_hpu.ops import anchors
 from efficientdet_hpu.ops import gradient_clipping
@@ -88,33 +89,25 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     return tf.where(step < warmup_steps, warmup_rate, decayed)
 
 
-def _scaled_learning_rates(params):
-    scale = params.run.global_batch_size / float(params.config.lr_base_batch_size)
-    return params.config.learning_rate * scale, params.config.lr_warmup_init * scale
-
-
 def learning_rate_of_run(global_step, params):
-    """The run's schedule: epochs to steps as automl counts them, int(epochs * steps per
-    epoch) with the float steps per epoch of run_setup.schedule_steps."""
-    params = model_params.view(params)
-    base_rate, warmup_init = _scaled_learning_rates(params)
-    steps_per_epoch = params.run.steps_per_epoch
+    """The run's schedule, every step count and rate as config/settings.finalize made them."""
+    schedule, config = params.schedule, params.config
     return learning_rate_schedule(
-        global_step, base_rate=base_rate, warmup_init=warmup_init,
-        warmup_steps=int(params.config.lr_warmup_epoch * steps_per_epoch),
-        total_steps=params.run.total_steps, decay_method=params.config.lr_decay_method,
-        first_drop_step=int(params.config.first_lr_drop_epoch * steps_per_epoch),
-        second_drop_step=int(params.config.second_lr_drop_epoch * steps_per_epoch),
-        cosine_from_warmup_end=params.config.cosine_from_warmup_end)
+        global_step, base_rate=schedule.learning_rate, warmup_init=schedule.warmup_init,
+        warmup_steps=schedule.warmup_steps, total_steps=schedule.total_steps,
+        decay_method=config.lr_decay_method, first_drop_step=schedule.first_drop_step,
+        second_drop_step=schedule.second_drop_step,
+        cosine_from_warmup_end=config.cosine_from_warmup_end)
 
 
-def cosine_rise_warning(config, steps_per_epoch, total_steps):
+def cosine_rise_warning(settings):
     """One line when automl's cosine (counted from step 0) reaches 0 before the last step and
     climbs back above 1% of its peak by the end: a warm-up that is a large part of a short run
     (automl's 1 epoch in 300 rises by 3e-5). None otherwise."""
+    config, schedule = settings.config, settings.schedule
     if config.lr_decay_method != 'cosine' or config.cosine_from_warmup_end:
         return None
-    warmup = int(config.lr_warmup_epoch * steps_per_epoch)
+    warmup, total_steps = schedule.warmup_steps, schedule.total_steps
     span = max(total_steps - warmup, 1)
     final = 0.5 * (1.0 + math.cos(math.pi * total_steps / span))
     if warmup <= 0 or final < 0.01:
@@ -126,18 +119,14 @@ def cosine_rise_warning(config, steps_per_epoch, total_steps):
 
 
 def _build_network(features, params, is_training):
-    """The network in params.run.compute_dtype when training; EVAL and PREDICT compute in
+    """The network in params.runtime.compute_dtype when training; EVAL and PREDICT compute in
     float32 (as Habana's port evaluates): the checkpoint's weights are float32, and AP is
     then the same whether or not the run trained with mixed precision."""
-    config = hparams_config.Config(params.config.as_dict())
-    compute_dtype = params.run.compute_dtype
-    if not is_training:
-        config.mixed_precision, compute_dtype = False, 'float32'
     images = features['images'] if isinstance(features, dict) else features
-    allreduce = distributed.allreduce_mean if params.run.cross_rank_batch_norm else None
+    allreduce = distributed.allreduce_mean if params.runtime.cross_rank_batch_norm else None
     return efficientdet_arch.build_model(
-        images, config, is_training=is_training, allreduce_mean_fn=allreduce,
-        compute_dtype=compute_dtype)
+        images, params.config, is_training=is_training, allreduce_mean_fn=allreduce,
+        compute_dtype=params.runtime.compute_dtype if is_training else 'float32')
 
 
 def _anchor_boxes(params):
@@ -228,7 +217,7 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
         phased = var_freeze.phased(variables, config.var_freeze_expr, freeze_steps)
     else:
         variables = var_freeze.trainable(tf1.trainable_variables(), config.var_freeze_expr)
-    scaler = (loss_scale.DynamicLossScale() if params.run.compute_dtype == 'float16'
+    scaler = (loss_scale.DynamicLossScale() if params.runtime.compute_dtype == 'float16'
               else None)
     total_loss, grads = accumulation.sum_gradients(
         total_loss, micro_batches, micro_batch_loss, variables,
@@ -299,8 +288,7 @@ def _predict_spec(features, class_outputs, box_outputs, params):
 
 
 def model_fn(features, labels, mode, params):
-    """Estimator model_fn; see the module docstring for `params`."""
-    params = model_params.view(params)
+    """Estimator model_fn; `params`: a config/settings.Settings (the module docstring)."""
     if mode == tf1.estimator.ModeKeys.TRAIN:
         return _train_spec(features, labels, params)
     class_outputs, box_outputs = _build_network(features, params, is_training=False)
@@ -327,17 +315,17 @@ def _micro_batch_loss(batch, params, normalizer, terms, reuse=False):
 
 
 def _train_spec(features, labels, params):
-    """TRAIN: one optimizer step over params.run.accumulation_steps micro-batches of this
+    """TRAIN: one optimizer step over params.batch.accumulation_steps micro-batches of this
     rank's batch (features images [K x b, H, W, 3], labels likewise)."""
     micro_batches = accumulation.split_micro_batches(
-        (features, labels), params.run.accumulation_steps)
+        (features, labels), params.batch.accumulation_steps)
     normalizer, terms = _step_normalizer(labels, params), []
     # The first network is built here: warm starts and optimizer state need its variables.
     first_loss = _micro_batch_loss(micro_batches[0], params, normalizer, terms)
     l2_loss = _weight_decay_loss(params.config.weight_decay)  # Once per step.
     global_step = tf1.train.get_or_create_global_step()
     learning_rate = learning_rate_of_run(global_step, params)
-    warm_start.apply(params.run)
+    warm_start.apply(params.runtime)
     train_op, grad_norm, finite = _train_op(
         first_loss + l2_loss, params, learning_rate, micro_batches[1:], functools.partial(
             _micro_batch_loss, params=params, normalizer=normalizer, terms=terms, reuse=True))

@@ -32,21 +32,19 @@ BEST_DIR = 'best'
 
 
 def _eval_input_fn(run):
+    """Batches of settings.batch.eval_per_rank images (per rank, as --train_batch_size)."""
     options = run.options
     reader = dataloader.InputReader(
         options.validation_file_pattern, is_training=False, num_shards=distributed.size(),
         shard_index=distributed.rank(), max_examples=options.eval_samples or None,
         skip=run.eval_skip)
-    per_rank_batch = options.eval_batch_size  # Per rank, as --train_batch_size.
 
     def input_fn(params):
-        dataset = reader(dict(params, batch_size=per_rank_batch))
-
         def as_features(images, labels):
             features = {key: labels[key] for key in det_model_fn.PREDICT_PASSTHROUGH}
             features['images'] = images
             return features
-        return dataset.map(as_features)
+        return reader(params).map(as_features)
     return input_fn
 
 
@@ -225,7 +223,7 @@ def _final_step(run):
     run's own total_steps: `--mode=eval` stops there whatever its own epoch flags say."""
     final = run_log.training_final_step(run.options.model_dir) if distributed.is_main() else None
     final = distributed.broadcast_object(final)
-    return final if final else run.total_steps
+    return final if final else run.settings.schedule.total_steps
 
 
 def evaluate_continuously(run):

@@ -240,13 +240,15 @@ class FiniteWeightsListener(tf1.train.CheckpointSaverListener):
                 DIVERGENCE_ADVICE))
 
 
-def make_training_hooks(options, total_steps, stop_step, global_batch):
-    """The hooks of one Estimator.train() call that stops at `stop_step`; global_batch: images
-    per optimizer step over all ranks and accumulated micro-batches (for images/s)."""
+def make_training_hooks(run, stop_step):
+    """The hooks of one Estimator.train() call of `run` (a run_setup.Run) that stops at
+    `stop_step`; images/s count the global batch (all ranks and accumulated micro-batches)."""
+    options = run.options
     log_dir = run_setup.rank_log_dir(options)
     hooks = [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
              preemption.StopAtSignalHook(),
-             TrainLogHook(log_dir, global_batch, max(total_steps, stop_step),
+             TrainLogHook(log_dir, run.settings.batch.global_size,
+                          max(run.settings.schedule.total_steps, stop_step),
                           options.log_every_n_steps, write_files=log_dir is not None,
                           stop_step=stop_step)]
     if log_dir is not None:

@@ -1,7 +1,7 @@
 """The modes of a run: train, eval (continuous, beside a training job) and train_and_eval
 (an evaluation after each epoch), over a prepared Run (training/run_setup.py).
 
-Errors that are the user's to fix derive from runtime.cli.UserError (main.py prints their one
+Errors that are the user's to fix derive from core.cli.UserError (main.py prints their one
 line and exits 2); a data error while reading shards becomes one (training/data_faults.py),
 and so does a full disk (`disk_full_message`).
 """
@@ -46,9 +46,7 @@ def train_until(run, max_steps):
                      if distributed.is_main() else None)
         with data_faults.named_data_errors(pattern, run.config.num_classes):
             run.estimator.train(train_input_fn(run, start_step), max_steps=max_steps,
-                                hooks=hooks.make_training_hooks(run.options, run.total_steps,
-                                                                max_steps,
-                                                                run.params.global_batch_size),
+                                hooks=hooks.make_training_hooks(run, max_steps),
                                 saving_listeners=listeners)
     preemption.stop_if_asked(run.options.model_dir)
 
@@ -66,17 +64,18 @@ def execute(run):
     if options.mode == 'eval':
         evaluation.evaluate_continuously(run)
     elif options.mode == 'train':
-        train_until(run, run.total_steps)
+        train_until(run, run.settings.schedule.total_steps)
         if options.eval_after_training:
             evaluation.evaluate_latest(run)
             preemption.stop_if_asked(options.model_dir)
     else:
         # Epoch ends at int(epoch * steps per epoch) (a float, as automl counts), the last at
         # the final step.
-        epochs = max(1, int(round(run.total_steps / run.steps_per_epoch)))
+        schedule = run.settings.schedule
+        epochs = max(1, int(round(schedule.total_steps / schedule.steps_per_epoch)))
         for epoch in range(1, epochs + 1):
-            step = (run.total_steps if epoch == epochs
-                    else min(int(epoch * run.steps_per_epoch), run.total_steps))
+            step = (schedule.total_steps if epoch == epochs
+                    else min(int(epoch * schedule.steps_per_epoch), schedule.total_steps))
             if current_step(run) >= step and epoch < epochs:
                 continue
             if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
@@ -95,9 +94,9 @@ def announce_resume(run):
     latest = checkpoints.latest_checkpoint(run.options.model_dir)
     if not latest:
         return
-    step = checkpoints.checkpoint_step(latest)
-    if step >= run.total_steps:
-        print(resume_check.nothing_to_train_line(latest, step, run.total_steps), flush=True)
+    step, total_steps = checkpoints.checkpoint_step(latest), run.settings.schedule.total_steps
+    if step >= total_steps:
+        print(resume_check.nothing_to_train_line(latest, step, total_steps), flush=True)
     else:
         logging.info('resuming from %s (step %d)', latest, step)
 

@@ -2,7 +2,8 @@
 (another rank count or per-card batch changes the global batch, hence the scaled learning rate,
 the steps per epoch and the total steps), and a run that has nothing left to train.
 
-The schedule of each run is model_dir/schedule.json, written by rank 0 at start (run_setup)."""
+The schedule of each run is model_dir/schedule.json, written by rank 0 at start (run_setup)
+from config/settings.schedule_record."""
 import json
 import os
 
@@ -12,15 +13,6 @@ SCHEDULE_FILE = 'schedule.json'
 # (key, what the line calls it, format)
 _FIELDS = (('global_batch', 'global batch', '%d'), ('learning_rate', 'learning rate', '%.4g'),
            ('steps_per_epoch', 'steps per epoch', '%d'), ('total_steps', 'total steps', '%d'))
-
-
-def schedule(ranks, per_rank_batch, global_batch, learning_rate, steps_per_epoch,
-             total_steps):
-    """The schedule record of a run; global_batch: images per optimizer step over all ranks;
-    learning_rate: the one scaled to it."""
-    return dict(ranks=ranks, per_rank_batch=per_rank_batch, global_batch=global_batch,
-                learning_rate=float(learning_rate), steps_per_epoch=steps_per_epoch,
-                total_steps=total_steps)
 
 
 def read_schedule(model_dir):

@@ -13,8 +13,8 @@ from absl import logging
 from efficientdet_hpu.config import automl_config
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import legacy_flags
-from efficientdet_hpu.config import model_params
 from efficientdet_hpu.config import recipe
+from efficientdet_hpu.config import settings as settings_lib
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.cli import UserError
@@ -37,16 +37,20 @@ class RunSetupError(UserError, ValueError):
 
 @dataclasses.dataclass
 class Run:
+    """A prepared run: what it was asked (options), its finalised configuration (settings,
+    config/settings.py: the only source of the batch, schedule and precision), the Estimator."""
     options: RunOptions
-    config: hparams_config.Config
-    params: model_params.RunParams  # The run's half of the Estimator's params.
+    settings: settings_lib.Settings
     estimator: object
     label_map: object
-    steps_per_epoch: float  # automl's: examples / global batch, not floored.
-    total_steps: int
     train_skip: object = None  # training.data_faults.SkipList with --skip_bad_records.
     eval_skip: object = None
     lock: object = None  # training.run_lock.ModelDirLock of a training job's rank 0.
+
+    @property
+    def config(self):
+        """The frozen hparams Config (settings.config)."""
+        return self.settings.config
 
     def close(self):
         """Ends what the run holds (the model_dir lock and its refresher); idempotent."""
@@ -96,13 +100,6 @@ def _adopt_num_classes(config, explicit_keys, label_map, path):
                                           label_map.num_classes))
 
 
-def _check_batch(name, batch):
-    if batch < 1:
-        raise RunSetupError('--%s=%d must be a positive number of images per rank (the global '
-                            'batch is it times the number of ranks)' % (name, batch))
-    return batch
-
-
 def _examples_per_epoch(options):
     if options.num_examples_per_epoch:
         return options.num_examples_per_epoch
@@ -113,14 +110,6 @@ def _examples_per_epoch(options):
         counted = sum(1 for f in dataloader.list_record_files(options.training_file_pattern)
                       for _ in tf1.io.tf_record_iterator(f))
     return counted
-
-
-def schedule_steps(examples_per_epoch, global_batch, num_epochs):
-    """(steps per epoch, total steps) as automl counts them: the steps per epoch stay a float
-    (118287 / 64 = 1848.23 on COCO), the total is int(num_epochs * that), at least 1; the
-    warm-up and the learning-rate drops are int(epochs * steps per epoch) in model_fn."""
-    steps_per_epoch = examples_per_epoch / float(global_batch)
-    return steps_per_epoch, max(1, int(num_epochs * steps_per_epoch))
 
 
 def _count_from_summary(pattern):
@@ -136,56 +125,51 @@ def _count_from_summary(pattern):
         return None
 
 
-def _check_model_dir(model_dir, config):
+def _read_model_dir_config(model_dir):
+    """model_dir/config.yaml, read once per run: (Config or None, True when it is google/automl's
+    own, which the run then leaves as it is)."""
+    path = os.path.join(model_dir, 'config.yaml')
+    if not os.path.isfile(path):
+        return None, False
+    with open(path) as f:
+        is_automl = automl_config.is_automl_config(automl_config.load_yaml_text(f.read(), path))
+    return recipe.read_saved_config(path), is_automl  # Ours, or automl's config.yaml.
+
+
+def _check_model_dir(model_dir, saved, config):
     """A model_dir holding another model's checkpoint is an error, not a silent mix."""
-    saved = os.path.join(model_dir, 'config.yaml')
     # listed_checkpoints also sees a newest checkpoint whose index is gone.
-    if not (os.path.exists(saved) and checkpoint_integrity.listed_checkpoints(model_dir)):
+    if saved is None or not checkpoint_integrity.listed_checkpoints(model_dir):
         return
-    previous = recipe.read_saved_config(saved)  # Ours, or automl's config.yaml.
     fields = ('name', 'backbone_name', 'num_classes', 'fpn_num_filters', 'fpn_cell_repeats',
               'box_class_repeats', 'min_level', 'max_level', 'num_scales', 'aspect_ratios')
-    differing = [f for f in fields if previous.get(f) != config.get(f)]
+    differing = [f for f in fields if saved.get(f) != config.get(f)]
     if differing:
         raise RunSetupError(
             '--model_dir=%s holds a checkpoint of another model (%s); use a new --model_dir, '
             'or fine-tune from it with --ckpt=%s' % (model_dir, ', '.join(
-                '%s %r != %r' % (f, previous.get(f), config.get(f)) for f in differing),
+                '%s %r != %r' % (f, saved.get(f), config.get(f)) for f in differing),
                 model_dir))
 
 
-# ---- google/automl model_dirs (training/automl_config.py) ----
-def _automl_config_path(model_dir):
-    """model_dir/config.yaml when it is google/automl's own, else None."""
-    path = os.path.join(model_dir, 'config.yaml')
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return path if automl_config.is_automl_config(
-            automl_config.load_yaml_text(f.read(), path)) else None
-
-
-def _adopt_automl_config(model_dir, config, explicit_keys):
+def _adopt_automl_config(model_dir, saved, config, explicit_keys):
     """In an automl model_dir, automl's config.yaml decides every hparam the user did not set,
     so evaluating its checkpoint reproduces automl's model and post-processing."""
-    path = _automl_config_path(model_dir) if model_dir else None
-    if path is None:
-        return
-    saved = hparams_config.flatten_keys(recipe.read_saved_config(path).as_dict())
+    values = hparams_config.flatten_keys(saved.as_dict())
     keep = set(explicit_keys) | {'mixed_precision'}  # --use_amp decides that one.
-    config.override({key: value for key, value in saved.items() if key not in keep})
-    logging.info('hparams from automl\'s %s (except those set: %s)', path,
-                 ', '.join(sorted(explicit_keys)) or 'none')
-# ---- end of automl model_dirs ----
+    config.override({key: value for key, value in values.items() if key not in keep})
+    logging.info('hparams from automl\'s %s (except those set: %s)',
+                 os.path.join(model_dir, 'config.yaml'), ', '.join(sorted(explicit_keys)) or 'none')
 
 
-def _write_run_files(model_dir, config, options, label_map):
+def _write_run_files(options, settings, label_map, automl_dir):
     """config.yaml, flags.json and the data's label map: what export, predict and eval read
     back from model_dir (class names included) with no other flag."""
+    model_dir = options.model_dir
     os.makedirs(model_dir, exist_ok=True)
-    if _automl_config_path(model_dir) is None:  # automl's own config.yaml is left as it is.
+    if not automl_dir:  # automl's own config.yaml is left as it is.
         atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'),
-                                          config.to_yaml())
+                                          settings.config.to_yaml())
     if label_map is not None:
         atomic_file.write_json_atomically(os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE),
                                           label_map.to_json_dict(), indent=2)
@@ -193,22 +177,21 @@ def _write_run_files(model_dir, config, options, label_map):
                                       options.as_dict())
 
 
-def _prepare_model_dir(options, config, label_map, schedule):
-    """Rank 0, before anything is built: the model_dir fits the model, a training job holds
-    its lock (an evaluator beside it takes none) and sets a damaged newest checkpoint aside
+def _prepare_model_dir(options, settings, label_map, automl_dir):
+    """Rank 0, before anything is built: a training job holds the model_dir's lock (an
+    evaluator beside it takes none) and sets a damaged newest checkpoint aside
     (training/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
     schedule are written. Returns the lock (None for an evaluator)."""
-    _check_model_dir(options.model_dir, config)
     if options.mode == 'eval':
-        _write_run_files(options.model_dir, config, options, label_map)
+        _write_run_files(options, settings, label_map, automl_dir)
         return None
     lock = _hold_model_dir(options.model_dir)
     with run_lock.released_on_error(lock):
         recovered = checkpoint_integrity.recover(options.model_dir)
         if recovered:
             logging.warning(recovered)
-        _write_run_files(options.model_dir, config, options, label_map)
-        _note_schedule(options.model_dir, schedule)
+        _write_run_files(options, settings, label_map, automl_dir)
+        _note_schedule(options.model_dir, settings_lib.schedule_record(settings))
     return lock
 
 
@@ -258,8 +241,8 @@ def rank_log_dir(options):
     return None
 
 
-def _build_estimator(options, params, device):
-    """params: the Estimator's params dict (config/model_params.to_estimator)."""
+def _build_estimator(options, settings, device):
+    """The Estimator's params are the frozen Settings, which model_fn and input_fn read."""
     main = distributed.is_main()
     log_dir = rank_log_dir(options)
     # Other ranks never checkpoint: their Estimator directory is their log dir or a temp one.
@@ -270,65 +253,52 @@ def _build_estimator(options, params, device):
         model_dir = log_dir
     os.makedirs(model_dir, exist_ok=True)
     run_config = tf1.estimator.RunConfig(
-        model_dir=model_dir, tf_random_seed=params['seed'],
+        model_dir=model_dir, tf_random_seed=settings.runtime.seed,
         save_checkpoints_steps=options.cp_every_n_steps if main else None,
         save_checkpoints_secs=None, keep_checkpoint_max=options.keep_checkpoint_max,
         checkpoint_save_graph_def=options.save_graph_def,
         save_summary_steps=None,  # training/hooks.SummaryHook writes them.
         log_step_count_steps=None, session_config=session_config(device, options.use_xla))
-    return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=params)
+    return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=settings)
 
 
-def run_summary(config, device, world, per_rank_batch, total_steps, steps_per_epoch, params):
+def run_summary(settings, device):
     """The run's first line: the batch per rank (and the micro-batches accumulated) and
     globally, the scaled learning rate and the schedule, so a command carried over from another
     port shows at once what it means here."""
-    scale = params.global_batch_size / float(config.lr_base_batch_size)
+    config, batch, schedule = settings.config, settings.batch, settings.schedule
     batch_norm = ''
-    if world > 1:
-        batch_norm = '; batch norm %s' % ('synchronised across ranks' if params.cross_rank_batch_norm
+    if batch.ranks > 1:
+        batch_norm = '; batch norm %s' % ('synchronised across ranks'
+                                          if settings.runtime.cross_rank_batch_norm
                                           else 'per rank')
     accumulated = ''
-    if params.accumulation_steps > 1:
-        accumulated = ' x %d accumulated micro-batches' % params.accumulation_steps
+    if batch.accumulation_steps > 1:
+        accumulated = ' x %d accumulated micro-batches' % batch.accumulation_steps
     return ('%s on %s x%d: batch %d per rank%s, global %d; learning rate %.4g (%.4g per %d '
             'images); %d steps (%.6g per epoch)%s; compute %s' % (
-                config.name, device, world, per_rank_batch, accumulated,
-                params.global_batch_size, config.learning_rate * scale, config.learning_rate,
-                config.lr_base_batch_size, total_steps, steps_per_epoch, batch_norm,
-                params.compute_dtype))
+                config.name, device, batch.ranks, batch.per_rank, accumulated,
+                batch.global_size, schedule.learning_rate, config.learning_rate,
+                config.lr_base_batch_size, schedule.total_steps, schedule.steps_per_epoch,
+                batch_norm, settings.runtime.compute_dtype))
 
 
-def accumulation_steps(options, config, per_rank_batch, world):
-    """Micro-batches per optimizer step: derived from --global_batch_size when given, else
-    --gradient_accumulation_steps, else the recipe's gradient_accumulation_steps. Records the
-    value in `config` (so model_dir/config.yaml says it)."""
-    asked = options.gradient_accumulation_steps
-    if asked is not None and asked < 1:
-        raise RunSetupError('--gradient_accumulation_steps=%d must be >= 1 (1: no '
-                            'accumulation)' % asked)
-    steps = asked or config.gradient_accumulation_steps
-    wanted = options.global_batch_size
-    if wanted is not None:
-        per_micro_batch = per_rank_batch * world
-        ranks = '%d %s' % (world, 'rank' if world == 1 else 'ranks')
-        if wanted < 1 or wanted % per_micro_batch:
-            raise RunSetupError(
-                '--global_batch_size=%d is not a multiple of %s x --train_batch_size=%d '
-                '= %d images; ask for a multiple of %d or change --train_batch_size'
-                % (wanted, ranks, per_rank_batch, per_micro_batch, per_micro_batch))
-        if asked is not None and asked != wanted // per_micro_batch:
-            raise RunSetupError(
-                '--gradient_accumulation_steps=%d disagrees with --global_batch_size=%d (%s '
-                'x %d x %d = %d); give only one of them'
-                % (asked, wanted, ranks, per_rank_batch, asked, per_micro_batch * asked))
-        steps = wanted // per_micro_batch
-    config.gradient_accumulation_steps = steps
-    return steps
+def _run_facts(options, device):
+    """What the run was asked and found, for config/settings.finalize."""
+    return settings_lib.RunFacts(
+        ranks=distributed.size(), per_rank_batch=options.train_batch_size,
+        eval_per_rank_batch=options.eval_batch_size,
+        accumulation_steps=options.gradient_accumulation_steps,
+        global_batch_size=options.global_batch_size,
+        examples_per_epoch=_examples_per_epoch(options), num_epochs=options.num_epochs,
+        half_dtype=distributed.mixed_precision_dtype(device), use_amp=options.use_amp,
+        seed=options.seed if options.seed is not None else (0 if options.deterministic
+                                                            else None),
+        model_dir=options.model_dir, backbone_ckpt=options.backbone_ckpt, ckpt=options.ckpt)
 
 
-def prepare(options, config, explicit_keys):
-    """Validates everything it can before a graph is built; returns a Run."""
+def _start_distributed(options):
+    """The device, then Horovod; returns the device name."""
     distributed.configure_logging(verbose=options.verbose)
     # The Habana module must be loaded before hvd.init() (it reads HOROVOD_CYCLE_TIME).
     device = distributed.select_device(no_hpu=options.no_hpu, require=options.device)
@@ -336,55 +306,57 @@ def prepare(options, config, explicit_keys):
     legacy_flags.check_world_size(options.use_horovod, distributed.size(),
                                   ranks_per_box=distributed.local_size())
     distributed.configure_logging(verbose=options.verbose)  # Now it knows the main rank.
+    return device
+
+
+def _assemble_config(options, config, explicit_keys):
+    """The hparams the user did not set, from the model_dir's automl config.yaml and the label
+    map beside the shards; checks the model_dir fits. Returns (label_map, automl model_dir)."""
+    saved, automl_dir = _read_model_dir_config(options.model_dir)
+    if automl_dir:
+        _adopt_automl_config(options.model_dir, saved, config, explicit_keys)
+    label_map, label_map_path = _find_label_map(options)
+    _adopt_num_classes(config, explicit_keys, label_map, label_map_path)
+    if distributed.is_main():
+        _check_model_dir(options.model_dir, saved, config)
+    return label_map, automl_dir
+
+
+def prepare(options, config, explicit_keys):
+    """Validates everything it can before a graph is built; returns a Run.
+
+    Per rank, as in Habana's port and Horovod practice: `mpirun -np 8 ... --train_batch_size 8`
+    trains 64 images a step (times --gradient_accumulation_steps), and the learning rate
+    (given per lr_base_batch_size images) and the steps per epoch follow that global batch."""
+    device = _start_distributed(options)
     if not options.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
     _check_inputs(options)
-    _adopt_automl_config(options.model_dir, config, explicit_keys)
-    label_map, label_map_path = _find_label_map(options)
-    _adopt_num_classes(config, explicit_keys, label_map, label_map_path)
-    hparams_config.validate(config)
-    world = distributed.size()
-    # Per rank, as in Habana's port and Horovod practice: `mpirun -np 8 ... --train_batch_size 8`
-    # trains 64 images a step (times --gradient_accumulation_steps), and the learning rate
-    # (given per lr_base_batch_size images) and the steps per epoch follow that global batch.
-    per_rank_batch = _check_batch('train_batch_size', options.train_batch_size)
-    _check_batch('eval_batch_size', options.eval_batch_size)
-    accumulated = accumulation_steps(options, config, per_rank_batch, world)
-    global_batch = per_rank_batch * world * accumulated
-    num_epochs = options.num_epochs if options.num_epochs is not None else config.num_epochs
-    steps_per_epoch, total_steps = schedule_steps(_examples_per_epoch(options), global_batch,
-                                                  num_epochs)
+    label_map, automl_dir = _assemble_config(options, config, explicit_keys)
+    settings = settings_lib.finalize(config, _run_facts(options, device))
     if options.deterministic:
         os.environ['TF_DETERMINISTIC_OPS'] = '1'
-    seed = options.seed if options.seed is not None else (0 if options.deterministic else None)
     lock = None
     if distributed.is_main():
-        lock = _prepare_model_dir(options, config, label_map, resume_check.schedule(
-            world, per_rank_batch, global_batch, config.learning_rate * global_batch /
-            float(config.lr_base_batch_size), steps_per_epoch, total_steps))
+        lock = _prepare_model_dir(options, settings, label_map, automl_dir)
     with run_lock.released_on_error(lock):
-        params = model_params.RunParams(
-            batch_size=per_rank_batch, global_batch_size=global_batch,
-            steps_per_epoch=steps_per_epoch, total_steps=total_steps, seed=seed,
-            backbone_ckpt=options.backbone_ckpt, ckpt=options.ckpt,
-            compute_dtype=(distributed.mixed_precision_dtype(device) if config.mixed_precision
-                           else 'float32'),
-            # Synchronised batch norm only means something with more than one rank.
-            cross_rank_batch_norm=bool(config.sync_batch_norm and world > 1),
-            accumulation_steps=accumulated, model_dir=options.model_dir)
-        logging.info(run_summary(config, device, world, per_rank_batch, total_steps,
-                                 steps_per_epoch, params))
-        rise = det_model_fn.cosine_rise_warning(config, steps_per_epoch, total_steps)
-        if rise and options.mode != 'eval' and distributed.is_main():
-            logging.warning(rise)
-        if options.mode != 'eval' and not options.save_graph_def and distributed.is_main():
-            # automl's and Habana's model_dirs have them (a plain Estimator writes them;
-            # D0: ~10 s).
-            logging.info('no graph.pbtxt or .meta graph files in model_dir (--save_graph_def '
-                         'writes them)')
-        estimator = _build_estimator(options, model_params.to_estimator(config, params), device)
-        return Run(options, config, params, estimator, label_map,
-                   steps_per_epoch, total_steps, *_skip_lists(options, config), lock=lock)
+        logging.info(run_summary(settings, device))
+        _startup_notes(options, settings)
+        estimator = _build_estimator(options, settings, device)
+        return Run(options, settings, estimator, label_map, *_skip_lists(options, settings.config),
+                   lock=lock)
+
+
+def _startup_notes(options, settings):
+    if options.mode == 'eval' or not distributed.is_main():
+        return
+    rise = det_model_fn.cosine_rise_warning(settings)
+    if rise:
+        logging.warning(rise)
+    if not options.save_graph_def:
+        # automl's and Habana's model_dirs have them (a plain Estimator writes them; D0: ~10 s).
+        logging.info('no graph.pbtxt or .meta graph files in model_dir (--save_graph_def '
+                     'writes them)')
 
 
 def _skip_lists(options, config):
@@ -409,5 +381,5 @@ def train_input_fn(run, start_step=0):
     return dataloader.InputReader(
         options.training_file_pattern, is_training=True, use_fake_data=options.use_fake_data,
         num_shards=distributed.size(), shard_index=distributed.rank(),
-        deterministic=options.deterministic, seed=run.params.seed, skip=run.train_skip,
+        deterministic=options.deterministic, seed=run.settings.runtime.seed, skip=run.train_skip,
         start_batches=start_step if options.deterministic else 0)

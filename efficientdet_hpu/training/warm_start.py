@@ -135,7 +135,7 @@ def torch_backbone_checkpoint(path, backbone_variables):
 
 
 def apply(run):
-    """Sets initialisers from run.ckpt or run.backbone_ckpt (a config.model_params.RunParams;
+    """Sets initialisers from run.ckpt or run.backbone_ckpt (a config/settings.Runtime;
     ckpt wins). Nothing to do once run.model_dir holds a checkpoint: the run restores its own
     (each train_and_eval cycle builds the graph again; the .pth is not converted again and no
     line claims the weights were initialised again)."""

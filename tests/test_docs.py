@@ -1,6 +1,6 @@
 """The documentation's commands and links still match the code.
 
-Read: README.md, docs/*.md and k8s/README.md: the fenced code blocks labelled bash, sh, shell
+Read: README.md, docs/**/*.md and k8s/README.md: the fenced code blocks labelled bash, sh, shell
 or console, or unlabelled (```text, ```yaml, ```json, ```python blocks are not read), and the
 links of the prose.
 
@@ -53,7 +53,7 @@ import pytest
 from cli_runs import kill_group, started
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOC_FILES = sorted([ROOT / 'README.md', *(ROOT / 'docs').glob('*.md'), ROOT / 'k8s' / 'README.md'])
+DOC_FILES = sorted([ROOT / 'README.md', *(ROOT / 'docs').rglob('*.md'), ROOT / 'k8s' / 'README.md'])
 COMMAND_LANGUAGES = {'', 'bash', 'sh', 'shell', 'console'}
 # Entry points whose flags are checked; each prints its flags for --helpfull and exits.
 FLAG_CHECKED_SCRIPTS = {'main.py', 'demo_efficientdet.py', 'inference.py', 'bench.py',

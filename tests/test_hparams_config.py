@@ -115,7 +115,7 @@ def test_validate_rejects_sizes_not_divisible_by_the_coarsest_stride():
     hparams_config.validate(config)
 
 
-# Reference key names and google/automl's config.yaml (training/automl_config.py).
+# Reference key names and google/automl's config.yaml (config/automl_config.py).
 
 from efficientdet_hpu.config import automl_config  # noqa: E402
 from efficientdet_hpu.config import recipe  # noqa: E402

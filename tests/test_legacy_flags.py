@@ -1,4 +1,4 @@
-"""training/legacy_flags.py: --use_horovod as Habana and this port spell it, TPU-era flags.
+"""config/legacy_flags.py: --use_horovod as Habana and this port spell it, TPU-era flags.
 
 Every test parses into a FlagValues of its own, never the global FLAGS.
 """

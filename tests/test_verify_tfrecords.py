@@ -1,4 +1,4 @@
-"""dataset/verify_tfrecords.py and dataset/data_errors.py on real shards with real faults.
+"""dataset/verify_tfrecords.py and data/data_errors.py on real shards with real faults.
 
 The converter's shards of the session's tiny dataset (conftest.tiny_dataset) are copied and
 broken the way disks and copies break them: cut mid-record, one byte flipped. A shard written

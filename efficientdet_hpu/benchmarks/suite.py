@@ -211,7 +211,7 @@ def render(runs, info, settings):
         'creation, the first step itself); first step s: that step alone. google/automl\'s '
         'start-up here: 60-75 s.', '',
         'Where a training step\'s time goes, and what would buy the next 1.5x: '
-        '[training-step-profile.md](training-step-profile.md).', '',
+        '[dev/training-step-profile.md](dev/training-step-profile.md).', '',
         '## Inference (random weights, random 512x512 uint8 input, %d timed batches)'
         % settings['infer_steps'], '',
         'Wall time of `session.run` per batch: in-graph resize + normalise, network and, for '

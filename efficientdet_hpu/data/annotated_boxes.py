@@ -5,7 +5,7 @@ needs: boxes, classes, crowd flags and image sizes. Classes follow the converter
 (labels 1..N in ascending category id; class index = label - 1), so a class index here is the
 class index the network is trained with. Boxes a converter would drop (malformed, zero-size,
 outside the image) are dropped and counted; boxes crossing the image border are clipped, as
-dataset/coco_annotations.py does.
+data/coco_annotations.py does.
 """
 import dataclasses
 import itertools

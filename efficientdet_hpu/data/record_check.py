@@ -1,6 +1,6 @@
 """Checks one serialized detection record as the input pipeline will read it, in plain Python.
 
-Rejects what dataset/record_parser.py rejects (its feature spec, required fields, list lengths,
+Rejects what data/record_parser.py rejects (its feature spec, required fields, list lengths,
 labels in 1..num_classes) and decodes the image with the TF ops of record_parser.decode_image,
 called eagerly one by one: its in-graph tf.case costs about 1 ms an image more. On top, what
 the pipeline would take silently: boxes outside [0, 1] or inverted, and image/height, width

@@ -1,5 +1,5 @@
 """Reading a detection record back, as the input pipeline does: parse one tf.train.Example
-(dataset/tfrecord_format.py's keys) into dense tensors with the record checked, decode its
+(data/tfrecord_format.py's keys) into dense tensors with the record checked, decode its
 image, and build the ground-truth rows evaluation needs. All TensorFlow ops, so they run inside
 tf.data and inside an exported serving graph alike."""
 import tensorflow as tf
@@ -26,7 +26,7 @@ def decode_image(encoded):
 
     The default (accurate) DCT everywhere: with TF's libjpeg-turbo, INTEGER_FAST measured
     no faster on 640x480 photos, and train/eval/inference then decode identically. A PNG's
-    alpha is composited on black, as the converter does (dataset/image_codec.py), so a
+    alpha is composited on black, as the converter does (data/image_codec.py), so a
     transparent PNG sent to an exported model looks as it did in training, not as the colours
     hidden under its transparent pixels.
     """

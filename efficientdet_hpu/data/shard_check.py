@@ -1,10 +1,10 @@
 """Checks every record of a set of TFRecord shards on all cores, for dataset/verify_tfrecords.py.
 
-Two passes. First each shard's framing is walked (dataset/tfrecord_framing.py: record offsets,
+Two passes. First each shard's framing is walked (data/tfrecord_framing.py: record offsets,
 truncation, corrupt headers; milliseconds a shard). Then the intact records are cut into
 chunks of consecutive records, so the cores share the work also when there are fewer shards
 than cores, and each chunk is read with TF's CRC-checking reader and every record is checked
-as the input pipeline will read it (dataset/record_check.py).
+as the input pipeline will read it (data/record_check.py).
 """
 import dataclasses
 import math

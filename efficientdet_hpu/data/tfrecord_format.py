@@ -60,7 +60,7 @@ def build_example(encoded_jpeg: bytes, height: int, width: int, image_id: int, f
         filename: file name as given in the annotation file.
         boxes_normalized: float array-like [N, 4], [ymin, xmin, ymax, xmax] in [0, 1] relative
             to (height, width). N may be 0 (a negative image); [] is accepted for that.
-        labels: int [N], contiguous labels 1..num_classes (see dataset/label_map.py).
+        labels: int [N], contiguous labels 1..num_classes (see data/label_map.py).
         names: str [N], category names.
         is_crowd: int [N], 0 or 1.
         areas: float [N], COCO area in original image pixels.

@@ -14,7 +14,7 @@ User errors (ConversionError) print one line and exit with status 2.
 Per annotation: boxes partly outside the image are clipped and kept; malformed, degenerate
 (w or h <= 0) and entirely-outside boxes are dropped and counted by reason in the summary.
 Images are stored as RGB JPEG: baseline RGB JPEGs byte for byte, all else re-encoded
-(dataset/image_codec.py). Category and image ids may be any integers.
+(data/image_codec.py). Category and image ids may be any integers.
 
 Labels (--label_layout): `contiguous` (default) numbers the categories 1..N in id order, for
 any ids; `category_id` keeps each category id as its label with 90 classes, google/automl's

@@ -50,7 +50,7 @@ def nonnegative_power(x, gamma):
 
     Integer and half-integer gamma >= 1 (the focal loss's 1.5, 2) are computed with multiplies
     and one square root: `tf.pow` per element was the most expensive node of a D0 training
-    step on CPU (105 ms of 1060, docs/training-step-profile.md), a sqrt ~15x cheaper. The
+    step on CPU (105 ms of 1060, docs/dev/training-step-profile.md), a sqrt ~15x cheaper. The
     gradient stays finite at x = 0 (sqrt's argument is floored at 1e-30 there).
     """
     twice = 2.0 * gamma

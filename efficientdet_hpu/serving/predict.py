@@ -2,7 +2,7 @@
 images and a COCO results JSON.
 
 Any image PIL reads works: grayscale, palette, 16-bit, CMYK, PNG with alpha (composited on
-black, as dataset/image_codec.py does for training data), and EXIF-rotated photos (boxes are
+black, as data/image_codec.py does for training data), and EXIF-rotated photos (boxes are
 in the upright view people see). A file that cannot be decoded is reported and skipped; the
 exit status is non-zero only when no image at all could be processed.
 

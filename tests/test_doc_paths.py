@@ -52,21 +52,9 @@ TOP_LEVEL = (PACKAGE, 'docs', 'tools', 'tests', 'configs', 'dataset', 'backbone'
              'training', 'benchmarks', 'k8s', 'docker', 'requirements', '.ci')
 ROOT_PACKAGES = ('dataset', 'backbone', 'hccl_config', 'training', 'benchmarks')
 
-# (file, path as written): stale references in files that are being changed on another branch,
-# each with its line today and its fix; an entry goes with its fix. Keyed without the line, so
-# that other edits of those files do not move it.
-ALLOWED_MISSING = {
-    # line 10 -> (config/automl_config.py)
-    ('efficientdet_hpu/config/hparams_config.py', 'training/automl_config.py'),
-    # line 109 -> docs/automl.md#post-processing (the page the section became)
-    ('efficientdet_hpu/config/hparams_config.py', 'docs/automl-readme-section.md'),
-    # line 4 -> core.cli.UserError (UserError lives in efficientdet_hpu/core/cli.py)
-    ('efficientdet_hpu/training/loops.py', 'runtime.cli'),
-    # line 157 -> (config/automl_config.py)
-    ('efficientdet_hpu/training/run_setup.py', 'training/automl_config.py'),
-    # line 75, --use_xla's help -> docs/dev/training-step-profile.md (the page moved)
-    ('efficientdet_hpu/cli/main.py', 'docs/training-step-profile.md'),
-}
+# (file, path as written): stale references known and left, each with why; keyed without the
+# line, so that other edits of those files do not move it. Empty: every path named exists.
+ALLOWED_MISSING = set()
 
 _WORD = re.compile(r'(?<![\w/.~:$\-])(\.?[A-Za-z_][\w.\-]*(?:/[\w.\-]*)+)')
 _DOTTED = re.compile(r'(?<![\w./\-])(%s(?:\.\w+)+)' % PACKAGE)

@@ -20,9 +20,9 @@ Derived values, each computed in `finalize` only (tests/test_settings.py keeps i
   schedule.total_steps = int(epochs x steps per epoch), at least 1;
   schedule.learning_rate, schedule.warmup_init = the config's, x global batch /
   lr_base_batch_size; schedule.warmup_steps, first_drop_step, second_drop_step =
-  int(epochs x steps per epoch); runtime.compute_dtype = the device's half type when
-  mixed_precision (or --use_amp), else float32 (the network reads only this);
-  runtime.cross_rank_batch_norm = sync_batch_norm with more than one rank; runtime.seed.
+  int(epochs x steps per epoch); the Runtime's compute_dtype = the device's half type when
+  mixed_precision (or --use_amp), else float32 (the network reads only this), its
+  cross_rank_batch_norm = sync_batch_norm with more than one rank, and its seed.
 """
 import dataclasses
 from typing import Optional

@@ -73,8 +73,9 @@ def install():
 
 
 def received():
-    """The stop signal this process got (SIGTERM or SIGINT), else 0."""
-    return _received[0] if _received else 0
+    """The number of the stop signal this process got (SIGTERM's or SIGINT's), else 0: a plain
+    int, which prints as the number on Python 3.10 too (a Signals member prints its name there)."""
+    return int(_received[0]) if _received else 0
 
 
 def agreed_signal():

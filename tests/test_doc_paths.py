@@ -24,7 +24,7 @@ Dotted names:
   3. `efficientdet_hpu.a.b` (anywhere) names a module or package, or a name written in the
      longest module or package that prefixes it (`efficientdet_hpu.config.recipe.resolve`);
   4. in Python comments and docstrings, a sub-package name and one lower-case name
-     (`core.cli`, `launch.hosts`; not `config.` and `data.`, which are also the names of
+     (`core.errors`, `launch.hosts`; not `config.` and `data.`, which are also the names of
      config objects and data files, nor a file extension: `analysis.txt`) names a module or
      package of that sub-package (at the root first: `training.plot_curves`), or a name
      written in its __init__.py.

@@ -118,8 +118,8 @@ def test_checks_find_a_planted_cycle_and_a_planted_upward_import():
     assert find_cycle(graph) == ['a', 'b', 'c', 'a']
     assert find_cycle({'a': {'b'}, 'b': set(), 'c': {'a', 'b'}}) is None
     planted = {PACKAGE + '.ops.anchors': {PACKAGE + '.config.hparams_config'},
-               PACKAGE + '.config.hparams_config': {PACKAGE + '.core.cli'},
-               PACKAGE + '.core.cli': set()}
+               PACKAGE + '.config.hparams_config': {PACKAGE + '.core.errors'},
+               PACKAGE + '.core.errors': set()}
     assert upward_imports(planted) == [
         PACKAGE + '.ops.anchors -> ' + PACKAGE + '.config.hparams_config']
 

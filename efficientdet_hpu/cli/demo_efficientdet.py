@@ -34,7 +34,7 @@ from efficientdet_hpu.launch.heartbeat import (HEARTBEAT_DIR_ENV, StallWatch, st
                                                stall_settings)
 from efficientdet_hpu.launch.ssh_preflight import Preflight, run_preflight
 from efficientdet_hpu.config import legacy_flags
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import compat
 
 USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --helpfull>
@@ -322,7 +322,7 @@ def exec_single_process(command, env):
 
 
 def _fail(message):
-    return cli.fail(_PROGRAM, message)
+    return errors.fail(_PROGRAM, message)
 
 
 def main(argv=None, environ=None):

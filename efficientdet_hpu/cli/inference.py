@@ -23,7 +23,7 @@ from efficientdet_hpu.core import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
@@ -174,13 +174,13 @@ def main(argv):
     tf_env.quiet_python_logging(FLAGS.verbose)
     try:
         return COMMANDS[argv[1]]()
-    except (cli.UserError, FileNotFoundError) as error:
-        return cli.fail('inference.py', error, FLAGS.verbose)
+    except (errors.UserError, FileNotFoundError) as error:
+        return errors.fail('inference.py', error, FLAGS.verbose)
     except Exception as error:  # pylint: disable=broad-except
-        message = cli.disk_full_message(error, FLAGS.export_dir or FLAGS.output_dir or '.')
+        message = errors.disk_full_message(error, FLAGS.export_dir or FLAGS.output_dir or '.')
         if message is None:
             raise  # A bug: keep the traceback.
-        return cli.fail('inference.py', message, FLAGS.verbose)
+        return errors.fail('inference.py', message, FLAGS.verbose)
 
 
 def entry_point():

@@ -15,10 +15,10 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import atomic_file  # pylint: disable=wrong-import-position
 from efficientdet_hpu.training import run_log  # pylint: disable=wrong-import-position
-from efficientdet_hpu.core.cli import UserError  # pylint: disable=wrong-import-position
+from efficientdet_hpu.core.errors import UserError  # pylint: disable=wrong-import-position
 
 LOSS_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss')
 AP_KEYS = ('AP', 'AP50', 'AP75')
@@ -89,7 +89,7 @@ def main(argv):
     try:
         num_train, num_eval = plot_curves(flags.FLAGS.model_dir, flags.FLAGS.output)
     except CurvesError as error:
-        return cli.fail('plot_curves', error)
+        return errors.fail('plot_curves', error)
     print('wrote %s (%d train, %d eval records)' % (flags.FLAGS.output, num_train, num_eval))
     return 0
 

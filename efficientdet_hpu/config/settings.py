@@ -28,7 +28,7 @@ import dataclasses
 from typing import Optional
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 
 class SettingsError(UserError, ValueError):

@@ -8,7 +8,7 @@ from absl import logging
 
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.training import checkpoint_integrity
 from efficientdet_hpu.training import checkpoints

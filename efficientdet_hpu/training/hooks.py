@@ -10,7 +10,7 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import checkpoints
 from efficientdet_hpu.training import det_model_fn

@@ -1,7 +1,7 @@
 """The modes of a run: train, eval (continuous, beside a training job) and train_and_eval
 (an evaluation after each epoch), over a prepared Run (training/run_setup.py).
 
-Errors that are the user's to fix derive from core.cli.UserError (main.py prints their one
+Errors that are the user's to fix derive from core.errors.UserError (main.py prints their one
 line and exits 2); a data error while reading shards becomes one (training/data_faults.py),
 and so does a full disk (`disk_full_message`).
 """
@@ -11,7 +11,7 @@ import shutil
 
 from absl import logging
 
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import benchmark
 from efficientdet_hpu.training import checkpoints
@@ -114,7 +114,7 @@ def check_anchor_coverage(run):
         lines = coverage_check.low_coverage_warnings(
             run.config, json_file, file_pattern=None if json_file else
             options.training_file_pattern, hparams=options.hparams)
-    except (cli.UserError, OSError, ValueError) as error:
+    except (errors.UserError, OSError, ValueError) as error:
         logging.info('anchor coverage check skipped: %s', error)
         return
     for line in lines:
@@ -146,12 +146,12 @@ def disk_full_message(error, model_dir):
     """One line for an out-of-space error while training or evaluating into model_dir (the
     newest complete checkpoint stays loadable: TensorFlow names it in `checkpoint` only once
     its files are whole), or None for any other error."""
-    if not cli.is_disk_full(error):
+    if not errors.is_disk_full(error):
         return None
     for partial in glob.glob(os.path.join(model_dir or '.', 'model.ckpt-*_temp*')):
         shutil.rmtree(partial, ignore_errors=True)  # A checkpoint the disk could not hold.
     latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
-    return cli.disk_full_message(
+    return errors.disk_full_message(
         error, model_dir or '.', needed_bytes=_checkpoint_bytes(model_dir) if latest else None,
         fix='free space there (or use another --model_dir) and rerun the same command: it '
             'resumes from %s' % (os.path.basename(latest) if latest else 'the start'))

@@ -17,7 +17,7 @@ from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config import settings as settings_lib
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.runtime import distributed

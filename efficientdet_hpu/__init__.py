@@ -11,7 +11,8 @@ before it (tests/test_layout.py checks it, and that no modules import in a cycle
   analysis    why the AP is what it is: TIDE error types, confusions, sizes, worst images
   backbone    EfficientNet
   network     BiFPN topology, EfficientDet
-  training    the Estimator model_fn, set-up, loops, hooks, checkpoints, COCO evaluation
+  checkpoints finding checkpoints, EMA restore, damaged checkpoints, warm starts
+  training    the Estimator model_fn, set-up, loops, hooks, COCO evaluation
   serving     frozen detection graph, SavedModel/TFLite/ONNX export, prediction
   datatools   the converter, the record verifier, the data doctor, the synthetic data set
   benchmarks  training, inference and input benchmarks, profiles
@@ -24,4 +25,4 @@ keeps the names users of google/automl's and Habana's ports type (main.py, hpara
 dataset/, ...) as thin modules over it (core/compat.py).
 """
 LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
-          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
+          'checkpoints', 'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')

@@ -36,10 +36,10 @@ from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import evaluation
 from efficientdet_hpu.training import run_setup
-from efficientdet_hpu.training import warm_start
+from efficientdet_hpu.checkpoints import warm_start
 
 tf1 = tf.compat.v1
 

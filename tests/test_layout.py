@@ -18,8 +18,19 @@ from cli_runs import run_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = 'efficientdet_hpu'
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
-          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
+
+
+def _package_layers():
+    """efficientdet_hpu.LAYERS of this checkout, read from its __init__.py: the one place the
+    layer order is written."""
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, os.path.join(REPO, PACKAGE, '__init__.py'))
+    package = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package)
+    return tuple(package.LAYERS)
+
+
+LAYERS = _package_layers()
 ROOT_MODULES = {'main', 'demo_efficientdet', 'inference', 'bench', 'model_inspect',
                 'efficientdet_arch', 'dataloader', 'det_model_fn', 'hparams_config', 'anchors',
                 'coco_metric'}
@@ -129,12 +140,11 @@ def test_every_subpackage_is_a_stated_layer():
     subpackages = {name for name in os.listdir(directory)
                    if os.path.isfile(os.path.join(directory, name, '__init__.py'))}
     assert subpackages == set(LAYERS)
-    sys.path.insert(0, REPO)
-    try:
-        import efficientdet_hpu  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.remove(REPO)
-    assert tuple(efficientdet_hpu.LAYERS) == LAYERS  # The package's docstring states this order.
+    with open(os.path.join(directory, '__init__.py')) as f:
+        docstring = ast.get_docstring(ast.parse(f.read()))
+    table = [line.split()[0] for line in docstring.splitlines()
+             if line.startswith('  ') and not line.startswith('   ')]
+    assert tuple(table) == LAYERS  # The package's docstring table states this order.
 
 
 def test_imports_point_down_the_layers(capsys):

@@ -40,7 +40,7 @@ from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import visualize
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 
 FLAGS = flags.FLAGS
 

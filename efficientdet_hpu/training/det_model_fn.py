@@ -27,10 +27,10 @@ from efficientdet_hpu.ops import losses
 from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import accumulation
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import loss_scale
 from efficientdet_hpu.training import var_freeze
-from efficientdet_hpu.training import warm_start
+from efficientdet_hpu.checkpoints import warm_start
 
 tf1 = tf.compat.v1
 

@@ -18,8 +18,8 @@ from absl import logging
 
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoint_integrity
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoint_integrity
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import coco_metric
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import det_model_fn

@@ -12,7 +12,7 @@ from absl import logging
 
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.training import preemption
 from efficientdet_hpu.training import run_log

@@ -14,7 +14,7 @@ from absl import logging
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import benchmark
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import coverage_check
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import early_stop

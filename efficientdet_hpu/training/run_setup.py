@@ -21,8 +21,8 @@ from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoint_integrity
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoint_integrity
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.training import resume_check
@@ -180,7 +180,7 @@ def _write_run_files(options, settings, label_map, automl_dir):
 def _prepare_model_dir(options, settings, label_map, automl_dir):
     """Rank 0, before anything is built: a training job holds the model_dir's lock (an
     evaluator beside it takes none) and sets a damaged newest checkpoint aside
-    (training/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
+    (checkpoints/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
     schedule are written. Returns the lock (None for an evaluator)."""
     if options.mode == 'eval':
         _write_run_files(options, settings, label_map, automl_dir)

@@ -22,7 +22,7 @@ from efficientdet_hpu.core.errors import UserError  # noqa: E402
 from efficientdet_hpu.data import anchor_coverage  # noqa: E402
 from efficientdet_hpu.data import coco_annotations  # noqa: E402
 from efficientdet_hpu.config import recipe  # noqa: E402
-from efficientdet_hpu.training import eval_analysis  # noqa: E402
+from efficientdet_hpu.evaluation import eval_analysis  # noqa: E402
 
 FLAGS = flags.FLAGS
 

@@ -29,7 +29,7 @@ from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import onnx_export
 from efficientdet_hpu.serving import onnx_runner
-from efficientdet_hpu.serving import photo_eval
+from efficientdet_hpu.evaluation import photo_eval
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner

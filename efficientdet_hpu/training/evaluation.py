@@ -20,10 +20,10 @@ from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.checkpoints import checkpoint_integrity
 from efficientdet_hpu.checkpoints import checkpoints
-from efficientdet_hpu.training import coco_metric
+from efficientdet_hpu.evaluation import coco_metric
 from efficientdet_hpu.training import data_faults
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import eval_analysis
+from efficientdet_hpu.evaluation import eval_analysis
 from efficientdet_hpu.training import run_log
 
 tf1 = tf.compat.v1

@@ -18,7 +18,7 @@ A repository path is a word made of letters, digits and `_ . / -` that
      is looked up at the root first, then under efficientdet_hpu/.
 and, in markdown, a link target `[text](target)` that is not a URL, resolved against the
 page's folder. A module path may end in a name written in the module
-(`training/hooks.SummaryHook`) or leave out `.py` (`backbone/lite_weights`).
+(`engine/hooks.SummaryHook`) or leave out `.py` (`backbone/lite_weights`).
 
 Dotted names:
   3. `efficientdet_hpu.a.b` (anywhere) names a module or package, or a name written in the
@@ -157,7 +157,7 @@ def named_paths(text):
 
 def path_exists(word):
     """Whether `word` names a file or folder, a module without its `.py`, or a name written in
-    a module (`training/hooks.SummaryHook`): at the root, then for a sub-package name under
+    a module (`engine/hooks.SummaryHook`): at the root, then for a sub-package name under
     efficientdet_hpu/."""
     bases = [ROOT] + ([ROOT / PACKAGE] if word.split('/')[0] in LAYERS else [])
     module, _, name = word.rpartition('.')

@@ -538,7 +538,7 @@ def _wait_for_files(directory, pattern, count, seconds=60):
 @pytest.mark.parametrize("signum, seen", [(signal.SIGTERM, "SIGUSR2"), (signal.SIGINT, "SIGUSR1")])
 def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, signum, seen):
     """mpirun would abort on SIGTERM/SIGINT: the ranks get the stand-in mpirun forwards
-    (training/preemption.py takes it as the original) and the launcher returns their status."""
+    (engine/preemption.py takes it as the original) and the launcher returns their status."""
     script = tmp_path / "rank.py"
     script.write_text(SIGNAL_REPORTER)
     with started([sys.executable, str(LAUNCHER), "--use_horovod", "2", "--main_script",

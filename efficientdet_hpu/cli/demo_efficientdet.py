@@ -237,7 +237,7 @@ def describe(launch):
 # What the launcher sends mpirun at the first of each signal. mpirun aborts the job on SIGTERM
 # and SIGINT (Open MPI 4: SIGTERM to the ranks, SIGKILL a second later: no time to write a
 # checkpoint) but forwards SIGUSR1/SIGUSR2 to every rank untouched; main.py takes SIGUSR2 as
-# SIGTERM and SIGUSR1 as SIGINT (training/preemption.py): it checkpoints and ends.
+# SIGTERM and SIGUSR1 as SIGINT (engine/preemption.py): it checkpoints and ends.
 _FORWARDED_SIGNALS = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR2,
                       signal.SIGHUP: signal.SIGUSR2}
 

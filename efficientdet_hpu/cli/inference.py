@@ -34,7 +34,7 @@ from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
 from efficientdet_hpu.serving import tiled_predict
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import train_log
 
 FLAGS = flags.FLAGS
 
@@ -155,7 +155,7 @@ def run_predict():
         predictor.close()
     if FLAGS.tile_size:  # What a photo of this size needs: the photo, one batch, the boxes.
         print('peak host memory of this process: %.2f GiB'
-              % (run_log.host_memory_mb()[1] / 1024.0))
+              % (train_log.host_memory_mb()[1] / 1024.0))
     if FLAGS.annotations_file and status == 0:
         metrics = photo_eval.evaluate_file(
             os.path.join(FLAGS.output_dir, predict.RESULTS_FILE), FLAGS.annotations_file)

@@ -16,9 +16,9 @@ from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import loops
-from efficientdet_hpu.training import preemption
-from efficientdet_hpu.training import run_setup
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import preemption
+from efficientdet_hpu.engine import setup
 
 FLAGS = flags.FLAGS
 
@@ -126,7 +126,7 @@ def main(argv):
     try:
         legacy_flags.check_tpu_era_flags(FLAGS)
         options, config, explicit_keys = resolve()
-        run = run_setup.prepare(options, config, explicit_keys)
+        run = setup.prepare(options, config, explicit_keys)
         try:
             return loops.execute(run)
         finally:

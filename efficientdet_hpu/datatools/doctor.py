@@ -12,7 +12,7 @@ best IoU and the pyramid level the best anchor sits on, overall and for boxes un
 then advice: the aspect ratios, anchor_scale and image_size that raise coverage most
 (doctor_advice.py), with the coverage each gives. The geometry is the training code's
 own (efficientdet_hpu/data/anchor_coverage.py), and so is main.py's check at start
-(efficientdet_hpu/training/coverage_check.py).
+(efficientdet_hpu/engine/coverage_check.py).
 """
 
 from efficientdet_hpu.core import errors

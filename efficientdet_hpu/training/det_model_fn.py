@@ -39,7 +39,7 @@ tf1 = tf.compat.v1
 PREDICT_PASSTHROUGH = ('source_ids', 'image_scales', 'image_sizes', 'groundtruth_data')
 # Scalars the training log reads, in this order, from the graph collection of that name.
 TRAIN_LOG_COLLECTION = 'train_log_scalars'
-# [finite (bool), total loss]: read by training.hooks.FiniteGuardHook.
+# [finite (bool), total loss]: read by engine.hooks.FiniteGuardHook.
 FINITE_GUARD_COLLECTION = 'finite_guard'
 TRAIN_LOG_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss', 'learning_rate',
                   'grad_norm')

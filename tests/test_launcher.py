@@ -6,6 +6,7 @@ for main.py; each rank writes what it received to a JSON file.
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -323,7 +324,7 @@ def test_dry_run_prints_the_command_and_hcl_config_and_launches_nothing(tmp_path
     lines = result.stdout.splitlines()
     expected = launcher.build_launch(["--use_horovod", "2", "--main_script", ECHO,
                                       f"--model_dir={model_dir}", *AWKWARD], env)
-    assert lines[0] == launcher.shlex.join(expected.command)
+    assert lines[0] == shlex.join(expected.command)
     assert lines[1] == f"# HCL config {model_dir}/hcl_config_2.json:"
     assert json.loads("\n".join(lines[2:])) == expected.hcl_config
     assert not model_dir.exists() and rank_records(out) == {}

@@ -156,6 +156,30 @@ def test_imports_point_down_the_layers(capsys):
     assert not upward, 'imports that point up the layers %s:\n%s' % (LAYERS, '\n'.join(upward))
 
 
+def test_packages_by_concern():
+    """Checkpoints sit below both the training engine and serving, COCO scoring below both its
+    drivers (engine/checkpoint_eval runs the Estimator, cli/inference the predictor), and
+    serving imports neither the training engine nor the model_fn's package."""
+    position = {layer: index for index, layer in enumerate(LAYERS)}
+    for lower in ('checkpoints', 'evaluation'):
+        assert position[lower] < position['training'] < position['engine'] < position['serving']
+    graph = import_graph(package_modules())
+    for name, targets in graph.items():
+        layer = name.split('.')[1] if name.count('.') else ''
+        if layer in ('serving', 'checkpoints', 'evaluation'):
+            wrong = sorted(target for target in targets
+                           if target.split('.')[1:2] in (['training'], ['engine']))
+            assert not wrong, '%s imports %s: move what it needs below (docs/architecture.md)' % (
+                name, wrong)
+
+
+def test_the_launcher_command_only_parses_and_calls():
+    """The launcher's logic is launch/'s (plan, start); the command stays short."""
+    with open(os.path.join(REPO, PACKAGE, 'cli', 'demo_efficientdet.py')) as f:
+        lines = sum(1 for _ in f)
+    assert lines < 120, 'cli/demo_efficientdet.py has %d lines: move logic to launch/' % lines
+
+
 def test_no_import_cycles():
     cycle = find_cycle(import_graph(package_modules()))
     assert cycle is None, 'import cycle: ' + ' -> '.join(cycle)

@@ -9,9 +9,13 @@ before it (tests/test_layout.py checks it, and that no modules import in a cycle
   runtime     devices, Horovod ranks and collectives, Habana settings, rank-tagged logging
   data        the record format and its checks, label maps, COCO annotations, input pipeline
   analysis    why the AP is what it is: TIDE error types, confusions, sizes, worst images
+  evaluation  COCO scoring: the evaluation metric, whole photos, the analysis around a score
   backbone    EfficientNet
   network     BiFPN topology, EfficientDet
-  training    the Estimator model_fn, set-up, loops, hooks, checkpoints, COCO evaluation
+  checkpoints finding checkpoints, EMA restore, damaged checkpoints, warm starts
+  training    the Estimator model_fn and its step: accumulation, loss scaling, frozen variables
+  engine      the training engine: set-up, loops, hooks, evaluation of checkpoints, model_dir
+              lock, training log, stop signals, bad records, the throughput benchmark mode
   serving     frozen detection graph, SavedModel/TFLite/ONNX export, prediction
   datatools   the converter, the record verifier, the data doctor, the synthetic data set
   benchmarks  training, inference and input benchmarks, profiles
@@ -23,5 +27,6 @@ Installed (`pip install .`), this package is the only top-level name; the checko
 keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,
 dataset/, ...) as thin modules over it (core/compat.py).
 """
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
-          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
+LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'evaluation', 'backbone',
+          'network', 'checkpoints', 'training', 'engine', 'serving', 'datatools', 'benchmarks',
+          'launch', 'cli')

@@ -79,7 +79,7 @@ def tiny_flags(dataset, model_dir, *extra, hparams=TINY_HPARAMS):
 
 
 def assert_one_line_error(result, *expected, starts_with=None):
-    """Asserts that a finished command failed as a user mistake must (core/cli.py): exit status
+    """Asserts that a finished command failed as a user mistake must (core/errors.py): exit status
     2, exactly one line holding 'error:' in its output, no traceback. That line must begin
     with `starts_with` (when given) and contain every string of `expected`. Reads stdout and
     stderr both (run_python merges them into stdout). Returns the error line."""

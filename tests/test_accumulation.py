@@ -13,7 +13,8 @@ from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_main, run_pr
 from efficientdet_hpu.config import hparams_config, settings
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.data import dataloader
-from efficientdet_hpu.training import accumulation, det_model_fn, run_setup
+from efficientdet_hpu.engine import setup
+from efficientdet_hpu.training import accumulation, det_model_fn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures'))
 import accumulation_probe  # noqa: E402  pylint: disable=wrong-import-position
@@ -140,7 +141,7 @@ def test_learning_rate_schedule_follows_the_global_batch(tmp_path):
                            gradient_accumulation_steps=steps,
                            hparams=TINY_HPARAMS + ',lr_warmup_init=0.008,cosine_from_warmup_end=true')
         config = hparams_config.get_efficientdet_config().override(options.hparams)
-        runs.append(run_setup.prepare(options, config, set()))
+        runs.append(setup.prepare(options, config, set()))
     for run in runs:
         assert (run.settings.batch.global_size, run.settings.schedule.steps_per_epoch,
                 run.settings.schedule.total_steps) == (8, 8, 32)

@@ -36,10 +36,10 @@ from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
-from efficientdet_hpu.training import checkpoints
-from efficientdet_hpu.training import evaluation
-from efficientdet_hpu.training import run_setup
-from efficientdet_hpu.training import warm_start
+from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.engine import checkpoint_eval
+from efficientdet_hpu.engine import setup
+from efficientdet_hpu.checkpoints import warm_start
 
 tf1 = tf.compat.v1
 
@@ -224,12 +224,12 @@ def test_eval_mode_on_automl_model_dir_gives_automls_detections(automl_model_dir
             writer.write(tfrecord_format.build_example(
                 _encoded(path), height, width, index + 1, os.path.basename(path), [], [], [],
                 [], []).SerializeToString())
-    run = run_setup.prepare(_eval_options(automl_model_dir, pattern),
+    run = setup.prepare(_eval_options(automl_model_dir, pattern),
                             hparams_config.get_efficientdet_config('efficientdet-d0'), set())
     assert run.config.num_classes == 90 and run.config.nms_configs.method == 'gaussian'
     with open(os.path.join(automl_model_dir, 'config.yaml')) as f:
         assert '!!python/tuple' in f.read()  # automl's own file is left as it was.
-    image_ids, rows, _ = evaluation.predict_shard(
+    image_ids, rows, _ = checkpoint_eval.predict_shard(
         run, checkpoints.latest_checkpoint(automl_model_dir))
     assert image_ids.tolist() == [1, 2, 3]
     for image in range(3):

@@ -1,4 +1,4 @@
-"""training/checkpoint_integrity.py on small real checkpoints written by a tf.compat.v1 Saver
+"""checkpoints/checkpoint_integrity.py on small real checkpoints written by a tf.compat.v1 Saver
 (steps 10 and 20, relative paths as the Estimator writes them), damaged as file systems damage
 them: a cut data file, an index of garbage, a tensor missing, all of them."""
 import os
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from efficientdet_hpu.training import checkpoint_integrity
-from efficientdet_hpu.training.checkpoints import CheckpointError
+from efficientdet_hpu.checkpoints import checkpoint_integrity
+from efficientdet_hpu.checkpoints.checkpoints import CheckpointError
 
 tf1 = tf.compat.v1
 

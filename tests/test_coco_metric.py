@@ -20,7 +20,7 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from efficientdet_hpu.training import coco_metric
+from efficientdet_hpu.evaluation import coco_metric
 
 
 def groundtruth(images, max_instances=4):

@@ -193,10 +193,10 @@ def test_float16_loss_scale_grows_after_a_run_of_finite_steps():
 
 
 def test_ema_shadows_and_update_equal_tensorflows_exponential_moving_average(tmp_path):
-    """training.checkpoints.ema_shadows/ema_update (built without a tf.cond per variable) give
+    """checkpoints.checkpoints.ema_shadows/ema_update (built without a tf.cond per variable) give
     TensorFlow's EMA names and values bit for bit: the shadow starts at the variable's initial
     value (also when a warm start replaces it) and follows the num_updates-capped decay."""
-    from efficientdet_hpu.training import checkpoints
+    from efficientdet_hpu.checkpoints import checkpoints
     tf1 = tf.compat.v1
     warm = tmp_path / 'warm'
     with tf.Graph().as_default(), tf1.Session() as session:

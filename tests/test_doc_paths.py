@@ -13,18 +13,18 @@ A repository path is a word made of letters, digits and `_ . / -` that
   1. starts with a top-level name of the checkout followed by `/` (TOP_LEVEL: `docs/data.md`,
      `tools/demo.sh`, `tests/fixtures/`); it names a file or folder of the checkout; or
   2. is a module path of the library relative to efficientdet_hpu/: a sub-package name
-     (efficientdet_hpu.LAYERS), `/`, and more, ending in `.py` (`training/checkpoints.py`,
+     (efficientdet_hpu.LAYERS), `/`, and more, ending in `.py` (`training/det_model_fn.py`,
      `config/recipe.py`). A name that is also a top-level folder (`training/`, `dataset/`)
      is looked up at the root first, then under efficientdet_hpu/.
 and, in markdown, a link target `[text](target)` that is not a URL, resolved against the
 page's folder. A module path may end in a name written in the module
-(`training/hooks.SummaryHook`) or leave out `.py` (`backbone/lite_weights`).
+(`engine/hooks.SummaryHook`) or leave out `.py` (`backbone/lite_weights`).
 
 Dotted names:
   3. `efficientdet_hpu.a.b` (anywhere) names a module or package, or a name written in the
      longest module or package that prefixes it (`efficientdet_hpu.config.recipe.resolve`);
   4. in Python comments and docstrings, a sub-package name and one lower-case name
-     (`core.cli`, `launch.hosts`; not `config.` and `data.`, which are also the names of
+     (`core.errors`, `launch.hosts`; not `config.` and `data.`, which are also the names of
      config objects and data files, nor a file extension: `analysis.txt`) names a module or
      package of that sub-package (at the root first: `training.plot_curves`), or a name
      written in its __init__.py.
@@ -39,6 +39,7 @@ A missing path fails with the file:line that names it. ALLOWED_MISSING lists the
 to be stale in files being changed elsewhere, each with its fix.
 """
 import ast
+import importlib.util
 import io
 import pathlib
 import re
@@ -46,8 +47,17 @@ import tokenize
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = 'efficientdet_hpu'
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
-          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
+
+
+def _package_layers():
+    """efficientdet_hpu.LAYERS, read from the package's __init__.py (its one statement)."""
+    spec = importlib.util.spec_from_file_location(PACKAGE, ROOT / PACKAGE / '__init__.py')
+    package = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package)
+    return tuple(package.LAYERS)
+
+
+LAYERS = _package_layers()
 TOP_LEVEL = (PACKAGE, 'docs', 'tools', 'tests', 'configs', 'dataset', 'backbone', 'hccl_config',
              'training', 'benchmarks', 'k8s', 'docker', 'requirements', '.ci')
 ROOT_PACKAGES = ('dataset', 'backbone', 'hccl_config', 'training', 'benchmarks')
@@ -147,7 +157,7 @@ def named_paths(text):
 
 def path_exists(word):
     """Whether `word` names a file or folder, a module without its `.py`, or a name written in
-    a module (`training/hooks.SummaryHook`): at the root, then for a sub-package name under
+    a module (`engine/hooks.SummaryHook`): at the root, then for a sub-package name under
     efficientdet_hpu/."""
     bases = [ROOT] + ([ROOT / PACKAGE] if word.split('/')[0] in LAYERS else [])
     module, _, name = word.rpartition('.')
@@ -243,12 +253,12 @@ def test_named_repository_paths_exist():
 
 
 def test_rules_on_planted_text():
-    words = named_paths('see docs/data.md#tiles, training/checkpoints.py:12 and '
+    words = named_paths('see docs/data.md#tiles, checkpoints/checkpoints.py:12 and '
                         '`config/recipe.py`; not runs/demo/eval, /tmp/docs/x.md, '
                         'https://github.com/google/automl/tree/master/docs/x.md, '
                         'docs/dev/*.md, tests/test_NNN.py, model_dir/eval/metrics-<step>.json')
-    assert words == ['docs/data.md', 'training/checkpoints.py', 'config/recipe.py']
-    assert path_exists('training/checkpoints.py')  # efficientdet_hpu/training/, not training/
+    assert words == ['docs/data.md', 'checkpoints/checkpoints.py', 'config/recipe.py']
+    assert path_exists('training/det_model_fn.py')  # efficientdet_hpu/training/, not training/
     assert path_exists('training/plot_curves.py')  # the root's training/
     assert not path_exists('training/automl_config.py')
     assert link_targets('[a](../README.md#x) [b](#here) [c](https://x.org/y.md)') == [

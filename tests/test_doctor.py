@@ -22,7 +22,7 @@ from efficientdet_hpu.datatools import doctor
 from efficientdet_hpu.datatools import doctor_advice
 from efficientdet_hpu.datatools import synthetic_coco
 from efficientdet_hpu.ops import anchors
-from efficientdet_hpu.training import coverage_check
+from efficientdet_hpu.engine import coverage_check
 from cli_runs import TINY_HPARAMS, assert_one_line_error, run_main, run_python, tiny_flags
 
 # Square 128 px input, no jitter: the eval and training geometry coincide.

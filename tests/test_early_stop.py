@@ -1,12 +1,12 @@
-"""Early stopping on the validation AP (training/early_stop.py): the decision worked by hand on
+"""Early stopping on the validation AP (engine/early_stop.py): the decision worked by hand on
 evaluation files, and a real train_and_eval run that stops before its last epoch."""
 import json
 
 import pytest
 
 from cli_runs import TINY_HPARAMS, run_main, tiny_flags
-from efficientdet_hpu.training import early_stop
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import early_stop
+from efficientdet_hpu.engine import train_log
 
 
 def _write_evaluations(model_dir, aps):
@@ -37,12 +37,12 @@ def test_patience_counts_the_evaluations_after_the_first_best(tmp_path):
 def test_an_early_stop_is_the_final_step_of_the_training(tmp_path):
     # --mode=eval beside the run stops at the training's final step: an early stop is one,
     # and training that continues afterwards (a rerun with more patience) replaces it.
-    run_log.append_json_log(str(tmp_path), {'event': 'train', 'step': 100, 'total_steps': 900})
-    assert run_log.training_final_step(str(tmp_path)) == 900
-    run_log.append_json_log(str(tmp_path), {'event': 'early_stop', 'step': 400})
-    assert run_log.training_final_step(str(tmp_path)) == 400
-    run_log.append_json_log(str(tmp_path), {'event': 'train', 'step': 500, 'total_steps': 900})
-    assert run_log.training_final_step(str(tmp_path)) == 900
+    train_log.append_json_log(str(tmp_path), {'event': 'train', 'step': 100, 'total_steps': 900})
+    assert train_log.training_final_step(str(tmp_path)) == 900
+    train_log.append_json_log(str(tmp_path), {'event': 'early_stop', 'step': 400})
+    assert train_log.training_final_step(str(tmp_path)) == 400
+    train_log.append_json_log(str(tmp_path), {'event': 'train', 'step': 500, 'total_steps': 900})
+    assert train_log.training_final_step(str(tmp_path)) == 900
 
 
 @pytest.mark.slow
@@ -62,7 +62,7 @@ def test_train_and_eval_stops_early_and_a_rerun_trains_nothing(tiny_dataset, tmp
                      % (stops[0].split('AP ')[1].split(' ')[0], tmp_path / 'run')], stops
     assert sorted(p.name for p in (tmp_path / 'run' / 'eval').glob('metrics-*.json')) == [
         'metrics-2.json', 'metrics-4.json']
-    assert run_log.training_final_step(str(tmp_path / 'run')) == 4
+    assert train_log.training_final_step(str(tmp_path / 'run')) == 4
     again = run_main(flags)
     assert again.returncode == 0, again.stdout[-5000:]
     assert stops[0] in again.stdout

@@ -6,6 +6,7 @@ for main.py; each rank writes what it received to a JSON file.
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -323,7 +324,7 @@ def test_dry_run_prints_the_command_and_hcl_config_and_launches_nothing(tmp_path
     lines = result.stdout.splitlines()
     expected = launcher.build_launch(["--use_horovod", "2", "--main_script", ECHO,
                                       f"--model_dir={model_dir}", *AWKWARD], env)
-    assert lines[0] == launcher.shlex.join(expected.command)
+    assert lines[0] == shlex.join(expected.command)
     assert lines[1] == f"# HCL config {model_dir}/hcl_config_2.json:"
     assert json.loads("\n".join(lines[2:])) == expected.hcl_config
     assert not model_dir.exists() and rank_records(out) == {}
@@ -538,7 +539,7 @@ def _wait_for_files(directory, pattern, count, seconds=60):
 @pytest.mark.parametrize("signum, seen", [(signal.SIGTERM, "SIGUSR2"), (signal.SIGINT, "SIGUSR1")])
 def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, signum, seen):
     """mpirun would abort on SIGTERM/SIGINT: the ranks get the stand-in mpirun forwards
-    (training/preemption.py takes it as the original) and the launcher returns their status."""
+    (engine/preemption.py takes it as the original) and the launcher returns their status."""
     script = tmp_path / "rank.py"
     script.write_text(SIGNAL_REPORTER)
     with started([sys.executable, str(LAUNCHER), "--use_horovod", "2", "--main_script",

@@ -179,7 +179,7 @@ def test_habana_style_manifest_runs_the_launcher_under_mpirun():
     container = specs["Launcher"]["template"]["spec"]["containers"][0]
     command = container["command"] + container["args"]
     # mpirun runs under a bash wrapper that passes a pod's SIGTERM on as SIGUSR2 (Open MPI
-    # aborts the ranks on SIGTERM; training/preemption.py): `bash -c SCRIPT mpirun ARGS...`.
+    # aborts the ranks on SIGTERM; engine/preemption.py): `bash -c SCRIPT mpirun ARGS...`.
     assert command[:2] == ["/bin/bash", "-c"] and 'mpirun "$@"' in command[2]
     assert "kill -USR2" in command[2]
     command = command[3:]

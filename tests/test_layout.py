@@ -18,8 +18,19 @@ from cli_runs import run_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = 'efficientdet_hpu'
-LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'backbone', 'network',
-          'training', 'serving', 'datatools', 'benchmarks', 'launch', 'cli')
+
+
+def _package_layers():
+    """efficientdet_hpu.LAYERS of this checkout, read from its __init__.py: the one place the
+    layer order is written."""
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, os.path.join(REPO, PACKAGE, '__init__.py'))
+    package = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package)
+    return tuple(package.LAYERS)
+
+
+LAYERS = _package_layers()
 ROOT_MODULES = {'main', 'demo_efficientdet', 'inference', 'bench', 'model_inspect',
                 'efficientdet_arch', 'dataloader', 'det_model_fn', 'hparams_config', 'anchors',
                 'coco_metric'}
@@ -118,8 +129,8 @@ def test_checks_find_a_planted_cycle_and_a_planted_upward_import():
     assert find_cycle(graph) == ['a', 'b', 'c', 'a']
     assert find_cycle({'a': {'b'}, 'b': set(), 'c': {'a', 'b'}}) is None
     planted = {PACKAGE + '.ops.anchors': {PACKAGE + '.config.hparams_config'},
-               PACKAGE + '.config.hparams_config': {PACKAGE + '.core.cli'},
-               PACKAGE + '.core.cli': set()}
+               PACKAGE + '.config.hparams_config': {PACKAGE + '.core.errors'},
+               PACKAGE + '.core.errors': set()}
     assert upward_imports(planted) == [
         PACKAGE + '.ops.anchors -> ' + PACKAGE + '.config.hparams_config']
 
@@ -129,12 +140,11 @@ def test_every_subpackage_is_a_stated_layer():
     subpackages = {name for name in os.listdir(directory)
                    if os.path.isfile(os.path.join(directory, name, '__init__.py'))}
     assert subpackages == set(LAYERS)
-    sys.path.insert(0, REPO)
-    try:
-        import efficientdet_hpu  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.remove(REPO)
-    assert tuple(efficientdet_hpu.LAYERS) == LAYERS  # The package's docstring states this order.
+    with open(os.path.join(directory, '__init__.py')) as f:
+        docstring = ast.get_docstring(ast.parse(f.read()))
+    table = [line.split()[0] for line in docstring.splitlines()
+             if line.startswith('  ') and not line.startswith('   ')]
+    assert tuple(table) == LAYERS  # The package's docstring table states this order.
 
 
 def test_imports_point_down_the_layers(capsys):
@@ -144,6 +154,30 @@ def test_imports_point_down_the_layers(capsys):
     with capsys.disabled():
         print('\nupward imports between layers: %d' % len(upward))
     assert not upward, 'imports that point up the layers %s:\n%s' % (LAYERS, '\n'.join(upward))
+
+
+def test_packages_by_concern():
+    """Checkpoints sit below both the training engine and serving, COCO scoring below both its
+    drivers (engine/checkpoint_eval runs the Estimator, cli/inference the predictor), and
+    serving imports neither the training engine nor the model_fn's package."""
+    position = {layer: index for index, layer in enumerate(LAYERS)}
+    for lower in ('checkpoints', 'evaluation'):
+        assert position[lower] < position['training'] < position['engine'] < position['serving']
+    graph = import_graph(package_modules())
+    for name, targets in graph.items():
+        layer = name.split('.')[1] if name.count('.') else ''
+        if layer in ('serving', 'checkpoints', 'evaluation'):
+            wrong = sorted(target for target in targets
+                           if target.split('.')[1:2] in (['training'], ['engine']))
+            assert not wrong, '%s imports %s: move what it needs below (docs/architecture.md)' % (
+                name, wrong)
+
+
+def test_the_launcher_command_only_parses_and_calls():
+    """The launcher's logic is launch/'s (plan, start); the command stays short."""
+    with open(os.path.join(REPO, PACKAGE, 'cli', 'demo_efficientdet.py')) as f:
+        lines = sum(1 for _ in f)
+    assert lines < 120, 'cli/demo_efficientdet.py has %d lines: move logic to launch/' % lines
 
 
 def test_no_import_cycles():

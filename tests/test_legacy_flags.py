@@ -11,7 +11,7 @@ from absl import flags
 
 from cli_runs import run_process
 from efficientdet_hpu.config import legacy_flags
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 
 PROGRAM = "main.py"
 
@@ -110,7 +110,7 @@ def test_world_size_agrees(value, world, per_box):
 def test_world_size_disagreement_names_both_numbers(value, world, per_box, message):
     with pytest.raises(legacy_flags.WorldSizeError) as raised:
         legacy_flags.check_world_size(value, world, ranks_per_box=per_box)
-    assert isinstance(raised.value, ValueError) and isinstance(raised.value, cli.UserError)
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, errors.UserError)
     assert message in str(raised.value)
 
 
@@ -182,7 +182,7 @@ def test_check_tpu_era_flags_raises_one_user_error_or_warns_once():
     flag_values([PROGRAM, "--use_tpu", "--tpu=my-tpu"])
     with pytest.raises(legacy_flags.TpuFlagError) as raised:
         legacy_flags.check_tpu_era_flags(flag_values, warn=pytest.fail)
-    assert isinstance(raised.value, cli.UserError)
+    assert isinstance(raised.value, errors.UserError)
     assert str(raised.value).count("Cloud TPU") == 2 and "\n" not in str(raised.value)
     warnings = []
     flag_values = tpu_flags()

@@ -20,7 +20,7 @@ from efficientdet_hpu.backbone import lite_weights
 from efficientdet_hpu.backbone import torch_legacy_reader as reader
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.network import efficientdet_arch
-from efficientdet_hpu.training import warm_start
+from efficientdet_hpu.checkpoints import warm_start
 from torch_legacy_fixtures import Storage, Tensor, contiguous, write_legacy_pth
 
 tf1 = tf.compat.v1

@@ -145,7 +145,7 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
     launcher passes through mpirun for SIGTERM, recorded as SIGTERM); the second one has the
     default action (the process dies of it)."""
     code = ('import os, signal, sys, time\n'
-            'from efficientdet_hpu.training import preemption\n'
+            'from efficientdet_hpu.engine import preemption\n'
             'preemption.install()\n'
             'os.kill(os.getpid(), signal.SIGUSR2)\n'
             'time.sleep(0.5)\n'

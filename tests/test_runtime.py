@@ -11,7 +11,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_runs import run_process
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import devices, distributed, habana, ranks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))

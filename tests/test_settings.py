@@ -26,7 +26,7 @@ DERIVATION_INPUTS = ('learning_rate', 'lr_base_batch_size', 'lr_warmup_init', 'l
 ALLOWED = {
     ('config/settings.py', '*'): 'the one place derived values are computed',
     ('config/hparams_config.py', '*'): 'defaults and validation of the keys themselves',
-    ('training/run_setup.py', 'run_summary'): "prints the recipe's rate beside the scaled one",
+    ('engine/setup.py', 'run_summary'): "prints the recipe's rate beside the scaled one",
 }
 
 

@@ -13,7 +13,7 @@ from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import image_codec
 from efficientdet_hpu.data import tiling
 from efficientdet_hpu.datatools import create_coco_tfrecord
-from efficientdet_hpu.serving import photo_eval
+from efficientdet_hpu.evaluation import photo_eval
 from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.data.tiling import Window
 
@@ -195,7 +195,7 @@ def test_photo_metrics_worked_by_hand(tmp_path):
     assert metrics['photos'] == 1 and metrics['annotations'] == 2 and metrics['detections'] == 2
     assert metrics['AP'] == pytest.approx(51 / 101) and metrics['AP50'] == pytest.approx(51 / 101)
     assert metrics['recall_iou0.4'] == pytest.approx(1.0)
-    with pytest.raises(photo_eval.InferenceError, match='none of the predicted photos'):
+    with pytest.raises(photo_eval.PhotoEvalError, match='none of the predicted photos'):
         photo_eval.evaluate([dict(rows[0], file_name='other.jpg')], str(gt))
 
 

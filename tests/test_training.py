@@ -55,7 +55,7 @@ def test_train_and_eval_writes_checkpoint_metrics_and_logs(train_and_eval_run):
     assert os.path.exists(os.path.join(model_dir, 'config.yaml'))
     assert os.path.getsize(os.path.join(model_dir, 'memory.csv')) > 0
     # TensorBoard: the loss terms written once, at the first step (every 100 steps after),
-    # by training/hooks.SummaryHook alone (not also by Estimator's own summary hook).
+    # by engine/hooks.SummaryHook alone (not also by Estimator's own summary hook).
     loss_steps = [event.step for path in glob.glob(os.path.join(model_dir, 'events.out.*'))
                   for event in tf.compat.v1.train.summary_iterator(path)
                   for value in event.summary.value if value.tag == 'train/loss']

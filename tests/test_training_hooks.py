@@ -2,8 +2,8 @@
 import tensorflow as tf
 
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import hooks
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import hooks
+from efficientdet_hpu.engine import train_log
 
 tf1 = tf.compat.v1
 
@@ -34,7 +34,7 @@ def _train_with_log_hook(model_dir, steps, every_n, stop_step):
 def test_last_step_is_logged_when_not_a_multiple_of_the_interval(tmp_path):
     # 7 steps logged every 3: steps 3 and 6 by the interval, 7 because the call stops there.
     _train_with_log_hook(tmp_path, steps=7, every_n=3, stop_step=7)
-    records = [r for r in run_log.read_json_log(str(tmp_path)) if r['event'] == 'train']
+    records = [r for r in train_log.read_json_log(str(tmp_path)) if r['event'] == 'train']
     assert [r['step'] for r in records] == [3, 6, 7]
     # Each record carries the scalars fetched before that step's update (step - 1 + index).
     assert records[-1]['loss'] == 6.0 and records[-1]['cls_loss'] == 7.0
@@ -43,7 +43,7 @@ def test_last_step_is_logged_when_not_a_multiple_of_the_interval(tmp_path):
 
 def test_interval_steps_only_when_the_call_stops_later(tmp_path):
     _train_with_log_hook(tmp_path, steps=5, every_n=2, stop_step=100)
-    steps = [r['step'] for r in run_log.read_json_log(str(tmp_path))]
+    steps = [r['step'] for r in train_log.read_json_log(str(tmp_path))]
     assert steps == [2, 4]
 
 

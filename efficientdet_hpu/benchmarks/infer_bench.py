@@ -45,7 +45,7 @@ from efficientdet_hpu.serving import onnx_runner
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import train_log
 
 
 POSTPROCESS_MODES = ('graph', 'host', 'none')
@@ -153,7 +153,7 @@ def benchmark_batch_size(spec, batch_size, source, modes, steps, warmup, session
             run = _runner(predictor, mode, spec.config)
             row = latency_summary(time_runs(run, batches, steps, warmup), batch_size)
             row.update(postprocess=mode, warmup=warmup, graph_build_sec=build_seconds,
-                       peak_host_memory_mb=run_log.host_memory_mb()[1])
+                       peak_host_memory_mb=train_log.host_memory_mb()[1])
             rows.append(row)
     finally:
         predictor.close()
@@ -199,7 +199,7 @@ def benchmark_format(spec, fmt, batch_sizes, source, steps, warmup):
                                   batch_size)
             row.update(format=fmt, postprocess='graph', warmup=warmup,
                        graph_build_sec=build_seconds,
-                       peak_host_memory_mb=run_log.host_memory_mb()[1])
+                       peak_host_memory_mb=train_log.host_memory_mb()[1])
             rows.append(row)
     finally:
         predictor.close()

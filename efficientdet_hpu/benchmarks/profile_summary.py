@@ -25,9 +25,9 @@ from absl import app, flags
 
 from efficientdet_hpu.benchmarks import profile_parts
 from efficientdet_hpu.benchmarks import report
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 FLAGS = flags.FLAGS
 HOST_PLANE = '/host:CPU'
@@ -283,7 +283,7 @@ def main(argv):
     try:
         summary = summarize(find_trace(FLAGS.trace), FLAGS.steps, FLAGS.cores)
     except ProfileError as error:
-        return cli.fail('profile_summary', error)
+        return errors.fail('profile_summary', error)
     print(render(summary, FLAGS.top))
     if FLAGS.json:
         write_json(summary, FLAGS.json)

@@ -3,7 +3,7 @@ scripts (and the suite) parse, markdown tables for the reports, and the user-err
 import json
 
 from efficientdet_hpu.core import compat
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 RESULT_PREFIX = 'BENCHMARK '
 # The repository root: benchmark subprocesses (bench.py, main.py) run from here, as a user

@@ -1,6 +1,6 @@
 """`bench.py train`: `main.py --benchmark` in a subprocess per batch size (under
 demo_efficientdet.py --use_horovod N when num_ranks > 1), so the memory figures are the training
-process's own; reads the BENCHMARK line training/benchmark.py prints."""
+process's own; reads the BENCHMARK line engine/throughput.py prints."""
 import os
 import subprocess
 import sys

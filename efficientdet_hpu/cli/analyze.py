@@ -17,12 +17,12 @@ from absl import app, flags  # pylint: disable=wrong-import-position
 from PIL import Image  # pylint: disable=wrong-import-position
 
 from efficientdet_hpu.analysis import report as analysis_report  # noqa: E402
-from efficientdet_hpu.core import cli  # noqa: E402
-from efficientdet_hpu.core.cli import UserError  # noqa: E402
+from efficientdet_hpu.core import errors  # noqa: E402
+from efficientdet_hpu.core.errors import UserError  # noqa: E402
 from efficientdet_hpu.data import anchor_coverage  # noqa: E402
 from efficientdet_hpu.data import coco_annotations  # noqa: E402
 from efficientdet_hpu.config import recipe  # noqa: E402
-from efficientdet_hpu.training import eval_analysis  # noqa: E402
+from efficientdet_hpu.evaluation import eval_analysis  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -107,7 +107,7 @@ def main(argv):
     try:
         run()
     except UserError as error:
-        return cli.fail('analyze', error, FLAGS.verbose)
+        return errors.fail('analyze', error, FLAGS.verbose)
     return 0
 
 

@@ -24,7 +24,7 @@ from absl import app, flags
 
 from efficientdet_hpu.benchmarks.report import BenchError, emit, parse_batch_sizes
 from efficientdet_hpu.config import recipe
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 
 FLAGS = flags.FLAGS
 
@@ -206,14 +206,14 @@ def main(argv):
     os.environ['TF_ENABLE_ONEDNN_OPTS'] = '1' if FLAGS.onednn else '0'
     from efficientdet_hpu.core import tf_env  # pylint: disable=import-outside-toplevel
     tf_env.quiet_python_logging(FLAGS.verbose)
-    user_errors = [cli.UserError, FileNotFoundError]
+    user_errors = [errors.UserError, FileNotFoundError]
     if argv[1] == 'suite':
         from efficientdet_hpu.benchmarks import suite  # pylint: disable=import-outside-toplevel
         user_errors.append(suite.SuiteError)
     try:
         COMMANDS[argv[1]]()
     except tuple(user_errors) as error:
-        return cli.fail('bench.py', error, FLAGS.verbose)
+        return errors.fail('bench.py', error, FLAGS.verbose)
     return 0
 
 

@@ -23,18 +23,18 @@ from efficientdet_hpu.core import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import onnx_export
 from efficientdet_hpu.serving import onnx_runner
-from efficientdet_hpu.serving import photo_eval
+from efficientdet_hpu.evaluation import photo_eval
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
 from efficientdet_hpu.serving import tiled_predict
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import train_log
 
 FLAGS = flags.FLAGS
 
@@ -155,7 +155,7 @@ def run_predict():
         predictor.close()
     if FLAGS.tile_size:  # What a photo of this size needs: the photo, one batch, the boxes.
         print('peak host memory of this process: %.2f GiB'
-              % (run_log.host_memory_mb()[1] / 1024.0))
+              % (train_log.host_memory_mb()[1] / 1024.0))
     if FLAGS.annotations_file and status == 0:
         metrics = photo_eval.evaluate_file(
             os.path.join(FLAGS.output_dir, predict.RESULTS_FILE), FLAGS.annotations_file)
@@ -174,13 +174,13 @@ def main(argv):
     tf_env.quiet_python_logging(FLAGS.verbose)
     try:
         return COMMANDS[argv[1]]()
-    except (cli.UserError, FileNotFoundError) as error:
-        return cli.fail('inference.py', error, FLAGS.verbose)
+    except (errors.UserError, FileNotFoundError) as error:
+        return errors.fail('inference.py', error, FLAGS.verbose)
     except Exception as error:  # pylint: disable=broad-except
-        message = cli.disk_full_message(error, FLAGS.export_dir or FLAGS.output_dir or '.')
+        message = errors.disk_full_message(error, FLAGS.export_dir or FLAGS.output_dir or '.')
         if message is None:
             raise  # A bug: keep the traceback.
-        return cli.fail('inference.py', message, FLAGS.verbose)
+        return errors.fail('inference.py', message, FLAGS.verbose)
 
 
 def entry_point():

@@ -34,13 +34,13 @@ from PIL import Image
 from efficientdet_hpu.benchmarks import infer_bench
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.config import recipe
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import visualize
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 
 FLAGS = flags.FLAGS
 
@@ -64,7 +64,7 @@ PLACEHOLDERS = {'ckpt_path': 'DIR', 'saved_model_dir': 'DIR', 'input_image': 'IM
                 'output_image_dir': 'DIR'}
 
 
-class InspectError(cli.UserError):
+class InspectError(errors.UserError):
     """A run mode's flags do not go together; the message names the fix."""
 
 
@@ -304,10 +304,10 @@ def run(runmode):
     try:
         check_flags(runmode)
         return MODES[runmode][0]()
-    except (cli.UserError, FileNotFoundError) as error:
-        return cli.fail('model_inspect.py', error, FLAGS.verbose)
+    except (errors.UserError, FileNotFoundError) as error:
+        return errors.fail('model_inspect.py', error, FLAGS.verbose)
     except Exception as error:  # pylint: disable=broad-except
-        message = cli.disk_full_message(error, FLAGS.output_image_dir or FLAGS.saved_model_dir)
+        message = errors.disk_full_message(error, FLAGS.output_image_dir or FLAGS.saved_model_dir)
         if message is None:
             raise  # A bug: keep the traceback.
-        return cli.fail('model_inspect.py', message, FLAGS.verbose)
+        return errors.fail('model_inspect.py', message, FLAGS.verbose)

@@ -14,11 +14,11 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import legacy_flags
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config.options import RunOptions
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import loops
-from efficientdet_hpu.training import preemption
-from efficientdet_hpu.training import run_setup
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import preemption
+from efficientdet_hpu.engine import setup
 
 FLAGS = flags.FLAGS
 
@@ -126,7 +126,7 @@ def main(argv):
     try:
         legacy_flags.check_tpu_era_flags(FLAGS)
         options, config, explicit_keys = resolve()
-        run = run_setup.prepare(options, config, explicit_keys)
+        run = setup.prepare(options, config, explicit_keys)
         try:
             return loops.execute(run)
         finally:
@@ -135,13 +135,13 @@ def main(argv):
         if distributed.is_main():
             print('main.py: %s' % stop, file=sys.stderr, flush=True)
         return stop.exit_status
-    except cli.UserError as error:
-        return cli.fail('main.py', error, FLAGS.verbose)
+    except errors.UserError as error:
+        return errors.fail('main.py', error, FLAGS.verbose)
     except Exception as error:  # pylint: disable=broad-except
         message = loops.disk_full_message(error, FLAGS.model_dir)
         if message is None:
             raise  # A bug: keep the traceback.
-        return cli.fail('main.py', message, FLAGS.verbose)
+        return errors.fail('main.py', message, FLAGS.verbose)
 
 
 def entry_point():

@@ -29,7 +29,7 @@ from efficientdet_hpu.cli import inspect_modes
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config import settings
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.network import efficientdet_arch
 
 tf1 = tf.compat.v1
@@ -109,8 +109,8 @@ def main(argv):
         inspect_modes.check_flags(None)
         config = resolve_config(FLAGS.model_name, FLAGS.image_size, FLAGS.hparams,
                                 FLAGS.num_classes)
-    except cli.UserError as error:
-        return cli.fail('model_inspect.py', error)
+    except errors.UserError as error:
+        return errors.fail('model_inspect.py', error)
     print(json.dumps(inspect_model(config)))
     return 0
 

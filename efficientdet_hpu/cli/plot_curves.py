@@ -2,8 +2,8 @@
 
     python -m training.plot_curves --model_dir=runs/demo --output=curves.png
 
-Reads model_dir/train_log.jsonl (run_log.py writes `{"event": "train", "step", "loss",
-"cls_loss", "box_loss", "learning_rate", ...}` at each log step and training/evaluation.py appends
+Reads model_dir/train_log.jsonl (engine/train_log.py writes `{"event": "train", "step", "loss",
+"cls_loss", "box_loss", "learning_rate", ...}` at each log step and engine/checkpoint_eval.py appends
 `{"event": "eval", "step", "AP", "AP50", ...}`) and renders a PNG with matplotlib's Agg
 backend (no display needed). Runs that resumed log a step twice: the later record wins.
 """
@@ -15,10 +15,10 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import atomic_file  # pylint: disable=wrong-import-position
-from efficientdet_hpu.training import run_log  # pylint: disable=wrong-import-position
-from efficientdet_hpu.core.cli import UserError  # pylint: disable=wrong-import-position
+from efficientdet_hpu.engine import train_log  # pylint: disable=wrong-import-position
+from efficientdet_hpu.core.errors import UserError  # pylint: disable=wrong-import-position
 
 LOSS_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss')
 AP_KEYS = ('AP', 'AP50', 'AP75')
@@ -63,12 +63,12 @@ def _plot_group(axis, records, event, keys, title, log_scale=False):
 
 def plot_curves(model_dir, output):
     """Writes the figure to `output`; returns the number of train and eval records used."""
-    records = run_log.read_json_log(model_dir)
+    records = train_log.read_json_log(model_dir)
     num_train = sum(1 for r in records if r.get('event') == 'train')
     num_eval = sum(1 for r in records if r.get('event') == 'eval')
     if not num_train and not num_eval:
         raise CurvesError('no train or eval records in %s; train with main.py --model_dir=%s '
-                          'first' % (os.path.join(model_dir, run_log.JSON_LOG), model_dir))
+                          'first' % (os.path.join(model_dir, train_log.JSON_LOG), model_dir))
     figure, (loss_axis, rate_axis, ap_axis) = plt.subplots(1, 3, figsize=(15, 4.2))
     _plot_group(loss_axis, records, 'train', LOSS_KEYS, 'losses', log_scale=True)
     _plot_group(rate_axis, records, 'train', ('learning_rate',), 'learning rate')
@@ -89,7 +89,7 @@ def main(argv):
     try:
         num_train, num_eval = plot_curves(flags.FLAGS.model_dir, flags.FLAGS.output)
     except CurvesError as error:
-        return cli.fail('plot_curves', error)
+        return errors.fail('plot_curves', error)
     print('wrote %s (%d train, %d eval records)' % (flags.FLAGS.output, num_train, num_eval))
     return 0
 

@@ -16,7 +16,7 @@ Every rename or dropped key is logged once as a one-line note.
 import yaml
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 _TUPLE_TAG = 'tag:yaml.org,2002:python/tuple'
 # Keys only automl writes (none of them is a key of this project's config).

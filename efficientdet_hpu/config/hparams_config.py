@@ -17,7 +17,7 @@ import yaml
 
 from efficientdet_hpu.config import automl_config
 from efficientdet_hpu.config.model_variants import MODEL_VARIANTS
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 IMAGENET_MEAN_RGB = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STDDEV_RGB = [0.229 * 255, 0.224 * 255, 0.225 * 255]

@@ -22,18 +22,18 @@ import sys
 from absl import flags
 from absl import logging
 
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 
 USE_HOROVOD = "use_horovod"
 _TRUE_WORDS = ("true", "t", "1")
 _FALSE_WORDS = ("false", "f", "0")
 
 
-class WorldSizeError(cli.UserError, ValueError):
+class WorldSizeError(errors.UserError, ValueError):
     """A rank count given with --use_horovod disagrees with the ranks mpirun started."""
 
 
-class TpuFlagError(cli.UserError, ValueError):
+class TpuFlagError(errors.UserError, ValueError):
     """A TPU-era flag asks for a Cloud TPU."""
 
 
@@ -115,7 +115,7 @@ def parse_flags(argv):
     try:
         return flags.FLAGS(fold_use_horovod_value(argv))
     except flags.Error as error:
-        sys.exit(cli.fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
+        sys.exit(errors.fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
 
 
 def horovod_switch(value):

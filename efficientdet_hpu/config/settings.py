@@ -4,7 +4,7 @@ from it and the run's facts computed by `finalize` and nowhere else.
 How a `main.py` run's configuration travels (docs/architecture.md, "Configuration"):
   1. cli/main.py: absl flags + `--hparams` (config/recipe.py: YAML recipe and overrides; a
      recipe's run keys set flags not typed) -> RunOptions and a Config of hparams;
-  2. training/run_setup.prepare: the model_dir's automl config.yaml and the label map fill in
+  2. engine/setup.prepare: the model_dir's automl config.yaml and the label map fill in
      the hparams the user did not set; the run's facts are gathered (ranks, device, batch per
      rank, images per epoch) -> `finalize(config, RunFacts)` -> Settings (frozen);
   3. the Estimator gets the Settings as its `params`: model_fn(features, labels, mode, params)
@@ -28,7 +28,7 @@ import dataclasses
 from typing import Optional
 
 from efficientdet_hpu.config import hparams_config
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 
 class SettingsError(UserError, ValueError):
@@ -191,7 +191,7 @@ def finalize(config, facts=RunFacts()):
 
 
 def schedule_record(settings):
-    """The schedule a resumed run compares with its checkpoint's (training/resume_check.py)."""
+    """The schedule a resumed run compares with its checkpoint's (engine/resume_check.py)."""
     return dict(ranks=settings.batch.ranks, per_rank_batch=settings.batch.per_rank,
                 global_batch=settings.batch.global_size,
                 learning_rate=float(settings.schedule.learning_rate),

@@ -23,7 +23,7 @@ import tempfile
 import warnings
 
 from efficientdet_hpu.core import stack_check
-from efficientdet_hpu.core.cli import verbose_requested
+from efficientdet_hpu.core.errors import verbose_requested
 
 stack_check.check_tensorflow()  # one line when the TensorFlow found is not 2.15.x
 VERBOSE = verbose_requested()

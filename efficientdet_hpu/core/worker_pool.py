@@ -28,7 +28,7 @@ import time
 import traceback
 from typing import Callable, Iterable, Iterator, Optional
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 STOP_SECONDS = 3.0  # From SIGTERM to SIGKILL, and then again to give up waiting.
 STALL_SECONDS = 900.0  # No job finished and no tick() for this long: the run is stuck.

@@ -12,7 +12,7 @@ import math
 import os
 from typing import Dict, List, Optional, Tuple
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 REQUIRED_KEYS = ('images', 'annotations', 'categories')
 SKIP_REASONS = ('malformed', 'degenerate', 'outside', 'crowd')

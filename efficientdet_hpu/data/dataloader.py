@@ -206,7 +206,7 @@ class InputReader:
         seed: base seed; None (non-deterministic mode) draws one.
         max_examples: read only the first max_examples records of the whole (sorted file
             order) dataset, split across workers, e.g. --eval_samples.
-        skip: records to leave out (training.data_faults.SkipList: record indices per shard,
+        skip: records to leave out (engine.bad_records.SkipList: record indices per shard,
             and where broken shards stop), or None.
         start_batches: training batches this worker already took (a resumed run's step):
             their records are read and dropped, not decoded, so a --deterministic run resumed

@@ -25,7 +25,7 @@ from typing import Dict, Iterable, Mapping, Optional
 import tensorflow as tf
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 LABEL_MAP_SUFFIX = '-label_map.json'
 # '-00003-of-00032.tfrecord', '-*-of-00032.tfrecord', '-?????-of-?????' ...

@@ -9,7 +9,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data import tfrecord_framing
 

@@ -33,7 +33,7 @@ from absl import flags
 import tensorflow as tf
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.data import tfrecord_format
@@ -320,15 +320,15 @@ def main(argv) -> None:
                           tile_size=FLAGS.tile_size, tile_overlap=FLAGS.tile_overlap,
                           tile_min_visible=FLAGS.tile_min_visible)
     except (ConversionError, worker_pool.WorkerFailure) as error:
-        sys.exit(cli.fail('create_coco_tfrecord', error, FLAGS.verbose))
+        sys.exit(errors.fail('create_coco_tfrecord', error, FLAGS.verbose))
     except Exception as error:  # pylint: disable=broad-except
-        message = cli.disk_full_message(
+        message = errors.disk_full_message(
             error, os.path.dirname(os.path.abspath(FLAGS.output_file_prefix)),
             fix='free space there or pass another --output_file_prefix, then rerun (unfinished '
                 'shards were removed)')
         if message is None:
             raise  # A bug: keep the traceback.
-        sys.exit(cli.fail('create_coco_tfrecord', message, FLAGS.verbose))
+        sys.exit(errors.fail('create_coco_tfrecord', message, FLAGS.verbose))
     print(format_summary(summary, summary.pop('seconds')))
 
 

@@ -12,10 +12,10 @@ best IoU and the pyramid level the best anchor sits on, overall and for boxes un
 then advice: the aspect ratios, anchor_scale and image_size that raise coverage most
 (doctor_advice.py), with the coverage each gives. The geometry is the training code's
 own (efficientdet_hpu/data/anchor_coverage.py), and so is main.py's check at start
-(efficientdet_hpu/training/coverage_check.py).
+(efficientdet_hpu/engine/coverage_check.py).
 """
 
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import tf_env  # noqa: F401  (before TensorFlow)
 
 import numpy as np  # pylint: disable=wrong-import-position
@@ -173,7 +173,7 @@ def main(argv):
             print('Wrote %s' % options.write_recipe)
     except (DoctorInputError, hparams_config.ConfigError, doctor_data.LabelMapError,
             OSError) as error:
-        return cli.fail('dataset.doctor', error)
+        return errors.fail('dataset.doctor', error)
     return 0
 
 

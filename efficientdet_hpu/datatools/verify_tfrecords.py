@@ -24,7 +24,7 @@ from absl import flags
 import tensorflow as tf
 
 from efficientdet_hpu.core import worker_pool
-from efficientdet_hpu.core.cli import UserError, fail
+from efficientdet_hpu.core.errors import UserError, fail
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.data import shard_check
 from efficientdet_hpu.data import tfrecord_framing as framing

@@ -28,12 +28,12 @@ from absl import flags
 from PIL import Image
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 
 FLAGS = flags.FLAGS
 
 
-class VocError(cli.UserError):
+class VocError(errors.UserError):
     """An XML file or its image is unusable; the message names the file."""
 
 
@@ -195,7 +195,7 @@ def main(argv) -> None:
         coco = convert(FLAGS.xml_dir, FLAGS.output_file, FLAGS.image_dir, FLAGS.single_class,
                        FLAGS.include)
     except VocError as error:
-        sys.exit(cli.fail('voc_to_coco', error, FLAGS.verbose))
+        sys.exit(errors.fail('voc_to_coco', error, FLAGS.verbose))
     print('wrote %s: %d images, %d boxes, categories %s' % (
         FLAGS.output_file, len(coco['images']), len(coco['annotations']),
         ', '.join(c['name'] for c in coco['categories'])))

@@ -39,7 +39,7 @@ from PIL import Image
 import yaml
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.datatools import voc_to_coco
 
 FLAGS = flags.FLAGS
@@ -50,7 +50,7 @@ _EXIF_ORIENTATION_TAG = 0x0112
 _FIELDS = ('cx', 'cy', 'w', 'h')
 
 
-class YoloError(cli.UserError):
+class YoloError(errors.UserError):
     """A label file, names file or image is unusable; the message names the file."""
 
 
@@ -261,7 +261,7 @@ def main(argv) -> None:
         names, image_dir = _names_and_image_dir()
         coco = convert(image_dir, names, FLAGS.output_file, FLAGS.label_dir)
     except YoloError as error:
-        sys.exit(cli.fail('yolo_to_coco', error, FLAGS.verbose))
+        sys.exit(errors.fail('yolo_to_coco', error, FLAGS.verbose))
     boxed = {a['image_id'] for a in coco['annotations']}
     print('wrote %s: %d images (%d without boxes, kept as negatives), %d boxes, categories %s'
           % (FLAGS.output_file, len(coco['images']), len(coco['images']) - len(boxed),

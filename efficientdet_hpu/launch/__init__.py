@@ -1,6 +1,7 @@
-"""What the launcher (demo_efficientdet.py) needs besides starting processes: its command line
-(launcher_flags), which boxes run how many ranks (hosts), where a job's ranks run and the mpirun
-flags reaching them (sites), the ssh check of the other boxes before a start (ssh_preflight),
+"""The launcher's library (cli/demo_efficientdet.py parses and calls it): what to run (plan:
+build_launch, describe) and starting it (start: main.py in place, or mpirun with the stop
+signals forwarded); its command line (launcher_flags), which boxes run how many ranks
+(hosts), where a job's ranks run and the mpirun flags reaching them (sites), the ssh check of the other boxes before a start (ssh_preflight),
 how ranks sit on a box's cores (placement), the network the boxes share (network), the MPI
 environment both ways (mpi_env), the watch for a rank that stops answering (heartbeat), and
 the HCL config file the Gaudi collective library reads (hcl_config)."""

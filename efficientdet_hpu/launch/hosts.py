@@ -11,7 +11,7 @@ import dataclasses
 import ipaddress
 import re
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 # RFC 1123 label: letters, digits and hyphens, 1-63 characters, no hyphen at either end.
 _LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")

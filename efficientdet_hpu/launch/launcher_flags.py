@@ -8,7 +8,7 @@ files go) and --dump_all_ranks (each rank's output to its own file).
 import dataclasses
 import re
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.launch.hcl_config import DEFAULT_HLS_TYPE, check_hls_type
 
 BOOL_FLAGS = ("kubernetes_run", "dry_run")

@@ -3,7 +3,7 @@ one, else CPU; or the one --device requires, with an error naming what is missin
 import tensorflow.compat.v1 as tf
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import habana
 from efficientdet_hpu.runtime import rank_logging
 

@@ -10,7 +10,7 @@ import os
 import tensorflow.compat.v1 as tf
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import habana
 
 _hvd = None          # the horovod.tensorflow module once init() has started it

@@ -15,7 +15,7 @@ from efficientdet_hpu.network import efficientdet_arch
 from efficientdet_hpu.ops import anchors
 from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.serving.model_spec import InferenceError
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 
 tf1 = tf.compat.v1
 

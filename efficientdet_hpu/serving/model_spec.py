@@ -8,10 +8,10 @@ from absl import logging
 
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import label_map as label_map_lib
-from efficientdet_hpu.training import checkpoint_integrity
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoint_integrity
+from efficientdet_hpu.checkpoints import checkpoints
 
 
 class InferenceError(UserError, ValueError):
@@ -62,7 +62,7 @@ def _find_label_map_path(model_dir):
 
 def _checkpoint_path(model_dir, checkpoint):
     """--checkpoint, else model_dir's newest (as `checkpoint` lists it, even when its files
-    are damaged or gone); raises when it is damaged (training/checkpoint_integrity.py)."""
+    are damaged or gone); raises when it is damaged (checkpoints/checkpoint_integrity.py)."""
     if checkpoint:
         path = checkpoints.resolve_checkpoint(checkpoint, 'checkpoint')
     else:

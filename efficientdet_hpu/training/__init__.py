@@ -1,3 +1,3 @@
-"""The training run: the Estimator model_fn (det_model_fn), set-up, the mode loops, session
-hooks, the run log, checkpoints and warm starts, float16 loss scaling, data faults met while
-reading, COCO evaluation of checkpoints (evaluation, coco_metric) and the --benchmark mode."""
+"""The model and its step: the Estimator model_fn (det_model_fn), micro-batches of a step
+(accumulation), float16 loss scaling (loss_scale) and frozen variables (var_freeze). What runs
+it (set-up, loops, hooks, evaluation of checkpoints) is engine/."""

@@ -27,10 +27,10 @@ from efficientdet_hpu.ops import losses
 from efficientdet_hpu.ops import postprocess
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.training import accumulation
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import loss_scale
 from efficientdet_hpu.training import var_freeze
-from efficientdet_hpu.training import warm_start
+from efficientdet_hpu.checkpoints import warm_start
 
 tf1 = tf.compat.v1
 
@@ -39,7 +39,7 @@ tf1 = tf.compat.v1
 PREDICT_PASSTHROUGH = ('source_ids', 'image_scales', 'image_sizes', 'groundtruth_data')
 # Scalars the training log reads, in this order, from the graph collection of that name.
 TRAIN_LOG_COLLECTION = 'train_log_scalars'
-# [finite (bool), total loss]: read by training.hooks.FiniteGuardHook.
+# [finite (bool), total loss]: read by engine.hooks.FiniteGuardHook.
 FINITE_GUARD_COLLECTION = 'finite_guard'
 TRAIN_LOG_KEYS = ('loss', 'cls_loss', 'box_loss', 'iou_loss', 'l2_loss', 'learning_rate',
                   'grad_norm')

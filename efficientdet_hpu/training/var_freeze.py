@@ -21,7 +21,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 
 class FreezeError(UserError):

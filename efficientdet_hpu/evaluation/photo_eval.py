@@ -10,7 +10,7 @@ score), averaged over categories as COCO averages.
 
 Memory: pycocotools' IoU matrices are dense (detections x annotations per photo and class);
 past DENSE_LIMIT pairs (a whole orthophoto: 128,907 x 22,320 needs 23 GB) and without crowd
-boxes the same numbers come from serving/sparse_coco.py, which compares only boxes that
+boxes the same numbers come from evaluation/sparse_coco.py, which compares only boxes that
 overlap (tests check the two agree).
 """
 import collections
@@ -23,12 +23,17 @@ import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from efficientdet_hpu.serving import sparse_coco
-from efficientdet_hpu.serving.model_spec import InferenceError
+from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.evaluation import sparse_coco
 
 RECALL_IOU = 0.4
 COCO_IOUS = np.linspace(.5, 0.95, int(np.round((0.95 - .5) / .05)) + 1, endpoint=True)
 DENSE_LIMIT = 20_000_000  # Detection x annotation pairs (160 MB of IoUs) for pycocotools.
+
+
+class PhotoEvalError(UserError, ValueError):
+    """Annotations that do not fit the detections (no photo in common); the message names
+    the file and the fix. inference.py prints it as one line, as its other input errors."""
 
 
 def _coco_eval(coco_gt, coco_dt, image_ids, max_detections, iou_thresholds=None):
@@ -57,7 +62,7 @@ def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_L
     names = {row['file_name'] for row in results}
     image_ids = sorted(by_name[name] for name in names if name in by_name)
     if not image_ids:
-        raise InferenceError('--annotations_file=%s lists none of the predicted photos (%s); '
+        raise PhotoEvalError('--annotations_file=%s lists none of the predicted photos (%s); '
                              'its images\' file_name must match the input files'
                              % (annotations_file, ', '.join(sorted(names)[:3])))
     rows = [dict(row, image_id=by_name[row['file_name']]) for row in results

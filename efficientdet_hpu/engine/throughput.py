@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import hooks
-from efficientdet_hpu.training import run_log
-from efficientdet_hpu.training.run_setup import train_input_fn
+from efficientdet_hpu.engine import hooks
+from efficientdet_hpu.engine import train_log
+from efficientdet_hpu.engine.setup import train_input_fn
 
 tf1 = tf.compat.v1
 
@@ -29,7 +29,7 @@ class StepTimerHook(tf1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         self.durations.append(time.perf_counter() - self._start)
         if self.first_step_done_sec is None:
-            self.first_step_done_sec = run_log.process_age_sec()
+            self.first_step_done_sec = train_log.process_age_sec()
 
 
 def benchmark_summary(durations, warmup_steps, per_rank_batch, world):
@@ -58,7 +58,7 @@ def run_benchmark(run):
     # A step trains every accumulated micro-batch: images per step and rank = b x K.
     summary = benchmark_summary(timer.durations, options.benchmark_warmup_steps,
                                 run.settings.batch.step_size, distributed.size())
-    current, peak = run_log.host_memory_mb()
+    current, peak = train_log.host_memory_mb()
     summary.update(mode='train', model_name=run.config.name, image_size=run.config.image_size,
                    accumulation_steps=run.settings.batch.accumulation_steps,
                    use_fake_data=options.use_fake_data,

@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl import logging
 
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 
 tf1 = tf.compat.v1
 

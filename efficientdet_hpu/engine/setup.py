@@ -17,16 +17,16 @@ from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config import settings as settings_lib
 from efficientdet_hpu.config.options import RunOptions
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoint_integrity
-from efficientdet_hpu.training import checkpoints
-from efficientdet_hpu.training import data_faults
+from efficientdet_hpu.checkpoints import checkpoint_integrity
+from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.engine import bad_records
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import resume_check
-from efficientdet_hpu.training import run_lock
+from efficientdet_hpu.engine import resume_check
+from efficientdet_hpu.engine import model_dir_lock
 
 tf1 = tf.compat.v1
 
@@ -43,9 +43,9 @@ class Run:
     settings: settings_lib.Settings
     estimator: object
     label_map: object
-    train_skip: object = None  # training.data_faults.SkipList with --skip_bad_records.
+    train_skip: object = None  # engine.bad_records.SkipList with --skip_bad_records.
     eval_skip: object = None
-    lock: object = None  # training.run_lock.ModelDirLock of a training job's rank 0.
+    lock: object = None  # engine.model_dir_lock.ModelDirLock of a training job's rank 0.
 
     @property
     def config(self):
@@ -180,13 +180,13 @@ def _write_run_files(options, settings, label_map, automl_dir):
 def _prepare_model_dir(options, settings, label_map, automl_dir):
     """Rank 0, before anything is built: a training job holds the model_dir's lock (an
     evaluator beside it takes none) and sets a damaged newest checkpoint aside
-    (training/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
+    (checkpoints/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
     schedule are written. Returns the lock (None for an evaluator)."""
     if options.mode == 'eval':
         _write_run_files(options, settings, label_map, automl_dir)
         return None
     lock = _hold_model_dir(options.model_dir)
-    with run_lock.released_on_error(lock):
+    with model_dir_lock.released_on_error(lock):
         recovered = checkpoint_integrity.recover(options.model_dir)
         if recovered:
             logging.warning(recovered)
@@ -196,9 +196,9 @@ def _prepare_model_dir(options, settings, label_map, automl_dir):
 
 
 def _hold_model_dir(model_dir):
-    """model_dir/.lock for this job (training/run_lock.py): Run.close() removes it when the
+    """model_dir/.lock for this job (engine/model_dir_lock.py): Run.close() removes it when the
     run ends, atexit when the process ends first."""
-    lock = run_lock.ModelDirLock(model_dir)
+    lock = model_dir_lock.ModelDirLock(model_dir)
     lock.acquire()
     atexit.register(lock.release)
     return lock
@@ -257,7 +257,7 @@ def _build_estimator(options, settings, device):
         save_checkpoints_steps=options.cp_every_n_steps if main else None,
         save_checkpoints_secs=None, keep_checkpoint_max=options.keep_checkpoint_max,
         checkpoint_save_graph_def=options.save_graph_def,
-        save_summary_steps=None,  # training/hooks.SummaryHook writes them.
+        save_summary_steps=None,  # engine/hooks.SummaryHook writes them.
         log_step_count_steps=None, session_config=session_config(device, options.use_xla))
     return tf1.estimator.Estimator(det_model_fn.model_fn, config=run_config, params=settings)
 
@@ -339,7 +339,7 @@ def prepare(options, config, explicit_keys):
     lock = None
     if distributed.is_main():
         lock = _prepare_model_dir(options, settings, label_map, automl_dir)
-    with run_lock.released_on_error(lock):
+    with model_dir_lock.released_on_error(lock):
         logging.info(run_summary(settings, device))
         _startup_notes(options, settings)
         estimator = _build_estimator(options, settings, device)
@@ -367,7 +367,7 @@ def _skip_lists(options, config):
     if distributed.is_main():
         reads_train = options.mode != 'eval' and not options.use_fake_data
         reads_eval = options.mode != 'train' or options.eval_after_training
-        lists = tuple(data_faults.find_bad_records(pattern, config.num_classes) if wanted
+        lists = tuple(bad_records.find_bad_records(pattern, config.num_classes) if wanted
                       else None for pattern, wanted in (
                           (options.training_file_pattern, reads_train),
                           (options.validation_file_pattern, reads_eval)))

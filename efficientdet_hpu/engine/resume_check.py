@@ -2,7 +2,7 @@
 (another rank count or per-card batch changes the global batch, hence the scaled learning rate,
 the steps per epoch and the total steps), and a run that has nothing left to train.
 
-The schedule of each run is model_dir/schedule.json, written by rank 0 at start (run_setup)
+The schedule of each run is model_dir/schedule.json, written by rank 0 at start (engine/setup.py)
 from config/settings.schedule_record."""
 import json
 import os

@@ -15,8 +15,8 @@ import re
 from absl import logging
 
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import evaluation
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import checkpoint_eval
+from efficientdet_hpu.engine import train_log
 
 _METRICS_FILE = re.compile(r'metrics-(\d+)\.json$')
 
@@ -57,7 +57,7 @@ def stop_line(decision, patience, model_dir):
     return ('early stop at step %d: AP %.4f of step %d not beaten in the %d evaluations after '
             'it (--early_stop_patience=%d); best checkpoint in %s'
             % (step, best_ap, best_step, count, patience,
-               os.path.join(model_dir, evaluation.BEST_DIR)))
+               os.path.join(model_dir, checkpoint_eval.BEST_DIR)))
 
 
 def reached(run):
@@ -70,8 +70,8 @@ def reached(run):
         if decision:
             print(stop_line(decision, options.early_stop_patience, options.model_dir),
                   flush=True)
-            if run_log.training_final_step(options.model_dir) != decision[0]:
-                run_log.append_json_log(options.model_dir, {
+            if train_log.training_final_step(options.model_dir) != decision[0]:
+                train_log.append_json_log(options.model_dir, {
                     'event': 'early_stop', 'step': decision[0],
                     'patience': options.early_stop_patience})
     return bool(distributed.broadcast_object(decision is not None))

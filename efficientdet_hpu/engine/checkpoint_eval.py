@@ -18,13 +18,13 @@ from absl import logging
 
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoint_integrity
-from efficientdet_hpu.training import checkpoints
-from efficientdet_hpu.training import coco_metric
-from efficientdet_hpu.training import data_faults
+from efficientdet_hpu.checkpoints import checkpoint_integrity
+from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.evaluation import coco_metric
+from efficientdet_hpu.engine import bad_records
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import eval_analysis
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.evaluation import eval_analysis
+from efficientdet_hpu.engine import train_log
 
 tf1 = tf.compat.v1
 
@@ -91,7 +91,7 @@ def _predict_unless_removed(run, checkpoint):
     if not _checkpoint_present(checkpoint):
         return None
     try:
-        with data_faults.named_data_errors(run.options.validation_file_pattern,
+        with bad_records.named_data_errors(run.options.validation_file_pattern,
                                            run.config.num_classes):
             return predict_shard(run, checkpoint)
     except (tf.errors.NotFoundError, ValueError):
@@ -152,7 +152,7 @@ def _report(run, checkpoint, step, metrics, num_images):
           flush=True)
     coco_metric.write_metrics_json(metrics, model_dir, step)
     _write_summaries(os.path.join(model_dir, 'eval'), metrics, step)
-    run_log.append_json_log(model_dir, dict(
+    train_log.append_json_log(model_dir, dict(
         {'event': 'eval', 'step': step}, **{k: _finite_or_none(v) for k, v in metrics.items()}))
     keep_best(model_dir, checkpoint, step, metrics)
 
@@ -221,7 +221,7 @@ def _next_checkpoint(run, iterator):
 def _final_step(run):
     """The training's last step as its run files record it (train_log.jsonl), else this
     run's own total_steps: `--mode=eval` stops there whatever its own epoch flags say."""
-    final = run_log.training_final_step(run.options.model_dir) if distributed.is_main() else None
+    final = train_log.training_final_step(run.options.model_dir) if distributed.is_main() else None
     final = distributed.broadcast_object(final)
     return final if final else run.settings.schedule.total_steps
 

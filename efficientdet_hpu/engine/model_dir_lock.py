@@ -23,7 +23,7 @@ import uuid
 from absl import logging
 
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 LOCK_NAME = '.lock'
 HEARTBEAT_SECONDS = 30

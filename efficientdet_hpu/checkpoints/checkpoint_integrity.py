@@ -12,7 +12,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 
 tf1 = tf.compat.v1
 

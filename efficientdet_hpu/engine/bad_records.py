@@ -16,7 +16,7 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import data_errors
 from efficientdet_hpu.data import record_check
 from efficientdet_hpu.data import shard_check

@@ -5,7 +5,7 @@ import re
 
 import tensorflow as tf
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 
 tf1 = tf.compat.v1
 

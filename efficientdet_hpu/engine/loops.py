@@ -1,8 +1,8 @@
 """The modes of a run: train, eval (continuous, beside a training job) and train_and_eval
-(an evaluation after each epoch), over a prepared Run (training/run_setup.py).
+(an evaluation after each epoch), over a prepared Run (engine/setup.py).
 
-Errors that are the user's to fix derive from core.cli.UserError (main.py prints their one
-line and exits 2); a data error while reading shards becomes one (training/data_faults.py),
+Errors that are the user's to fix derive from core.errors.UserError (main.py prints their one
+line and exits 2); a data error while reading shards becomes one (engine/bad_records.py),
 and so does a full disk (`disk_full_message`).
 """
 import glob
@@ -11,19 +11,19 @@ import shutil
 
 from absl import logging
 
-from efficientdet_hpu.core import cli
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import benchmark
-from efficientdet_hpu.training import checkpoints
-from efficientdet_hpu.training import coverage_check
-from efficientdet_hpu.training import data_faults
-from efficientdet_hpu.training import early_stop
-from efficientdet_hpu.training import evaluation
-from efficientdet_hpu.training import hooks
-from efficientdet_hpu.training import preemption
-from efficientdet_hpu.training import resume_check
-from efficientdet_hpu.training import run_log
-from efficientdet_hpu.training.run_setup import train_input_fn
+from efficientdet_hpu.engine import throughput
+from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.engine import coverage_check
+from efficientdet_hpu.engine import bad_records
+from efficientdet_hpu.engine import early_stop
+from efficientdet_hpu.engine import checkpoint_eval
+from efficientdet_hpu.engine import hooks
+from efficientdet_hpu.engine import preemption
+from efficientdet_hpu.engine import resume_check
+from efficientdet_hpu.engine import train_log
+from efficientdet_hpu.engine.setup import train_input_fn
 
 
 def current_step(run):
@@ -44,7 +44,7 @@ def train_until(run, max_steps):
         # Only rank 0 has a CheckpointSaverHook, whose saves the listener checks.
         listeners = ([hooks.FiniteWeightsListener(run.options.model_dir)]
                      if distributed.is_main() else None)
-        with data_faults.named_data_errors(pattern, run.config.num_classes):
+        with bad_records.named_data_errors(pattern, run.config.num_classes):
             run.estimator.train(train_input_fn(run, start_step), max_steps=max_steps,
                                 hooks=hooks.make_training_hooks(run, max_steps),
                                 saving_listeners=listeners)
@@ -55,18 +55,18 @@ def execute(run):
     """Runs the mode; returns the process exit status."""
     options = run.options
     if options.benchmark:
-        return benchmark.run_benchmark(run)
+        return throughput.run_benchmark(run)
     early_stop.warn_if_unused(options)
     if options.mode != 'eval':
         preemption.install()
         check_anchor_coverage(run)
         announce_resume(run)
     if options.mode == 'eval':
-        evaluation.evaluate_continuously(run)
+        checkpoint_eval.evaluate_continuously(run)
     elif options.mode == 'train':
         train_until(run, run.settings.schedule.total_steps)
         if options.eval_after_training:
-            evaluation.evaluate_latest(run)
+            checkpoint_eval.evaluate_latest(run)
             preemption.stop_if_asked(options.model_dir)
     else:
         # Epoch ends at int(epoch * steps per epoch) (a float, as automl counts), the last at
@@ -81,7 +81,7 @@ def execute(run):
             if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
                 break
             train_until(run, step)
-            evaluation.evaluate_latest(run)
+            checkpoint_eval.evaluate_latest(run)
             preemption.stop_if_asked(options.model_dir)  # A signal during the evaluation.
     report_skipped(run)
     return 0
@@ -102,7 +102,7 @@ def announce_resume(run):
 
 
 def check_anchor_coverage(run):
-    """The data doctor's coverage check at start (training/coverage_check.py, NumPy on
+    """The data doctor's coverage check at start (engine/coverage_check.py, NumPy on
     annotations only): one line per class whose boxes mostly miss the anchors, pointing to
     the doctor.
     Annotations: --val_json_file when given, else the training TFRecords. Never stops a run."""
@@ -114,7 +114,7 @@ def check_anchor_coverage(run):
         lines = coverage_check.low_coverage_warnings(
             run.config, json_file, file_pattern=None if json_file else
             options.training_file_pattern, hparams=options.hparams)
-    except (cli.UserError, OSError, ValueError) as error:
+    except (errors.UserError, OSError, ValueError) as error:
         logging.info('anchor coverage check skipped: %s', error)
         return
     for line in lines:
@@ -131,7 +131,7 @@ def report_skipped(run):
                 sorted(os.path.basename(p) for p in skips.readable)) if skips.readable else ''),
               flush=True)
         if distributed.is_main():
-            run_log.append_json_log(run.options.model_dir, dict(
+            train_log.append_json_log(run.options.model_dir, dict(
                 skips.as_json(), event='skipped_records', data=name,
                 cut_short=sorted(skips.readable)))
 
@@ -146,12 +146,12 @@ def disk_full_message(error, model_dir):
     """One line for an out-of-space error while training or evaluating into model_dir (the
     newest complete checkpoint stays loadable: TensorFlow names it in `checkpoint` only once
     its files are whole), or None for any other error."""
-    if not cli.is_disk_full(error):
+    if not errors.is_disk_full(error):
         return None
     for partial in glob.glob(os.path.join(model_dir or '.', 'model.ckpt-*_temp*')):
         shutil.rmtree(partial, ignore_errors=True)  # A checkpoint the disk could not hold.
     latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
-    return cli.disk_full_message(
+    return errors.disk_full_message(
         error, model_dir or '.', needed_bytes=_checkpoint_bytes(model_dir) if latest else None,
         fix='free space there (or use another --model_dir) and rerun the same command: it '
             'resumes from %s' % (os.path.basename(latest) if latest else 'the start'))

@@ -10,13 +10,13 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_hpu.core.cli import UserError
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import preemption
-from efficientdet_hpu.training import run_log
-from efficientdet_hpu.training import run_setup
+from efficientdet_hpu.engine import preemption
+from efficientdet_hpu.engine import train_log
+from efficientdet_hpu.engine import setup
 
 tf1 = tf.compat.v1
 
@@ -69,7 +69,7 @@ class TrainLogHook(tf1.train.SessionRunHook):
         steps_per_sec = (step - self._logged_step) / max(now - self._logged_time, 1e-9)
         self._logged_time, self._logged_step = now, step
         record = dict(zip(det_model_fn.TRAIN_LOG_KEYS, (float(v) for v in scalars)))
-        current, peak = run_log.host_memory_mb()
+        current, peak = train_log.host_memory_mb()
         record.update(event='train', step=int(step), time=now, total_steps=self._total_steps,
                       images_per_sec=steps_per_sec * self._global_batch,
                       eta_sec=(self._total_steps - step) / max(steps_per_sec, 1e-9),
@@ -77,11 +77,11 @@ class TrainLogHook(tf1.train.SessionRunHook):
         logging.info('step %d/%d loss %.4f (cls %.4f box %.5f) lr %.5f %.2f images/s ETA %s',
                      step, self._total_steps, record['loss'], record['cls_loss'],
                      record['box_loss'], record['learning_rate'], record['images_per_sec'],
-                     run_log.format_seconds(record['eta_sec']))
+                     train_log.format_seconds(record['eta_sec']))
         if self._write_files:
-            run_log.append_json_log(self._model_dir, record)
-            run_log.append_memory_csv(self._model_dir, step, current, peak,
-                                      run_log.device_memory_mb())
+            train_log.append_json_log(self._model_dir, record)
+            train_log.append_memory_csv(self._model_dir, step, current, peak,
+                                      train_log.device_memory_mb())
             writer = tf1.summary.FileWriterCache.get(self._model_dir)
             writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
                 tag='train/images_per_sec', simple_value=record['images_per_sec'])]), step)
@@ -241,10 +241,10 @@ class FiniteWeightsListener(tf1.train.CheckpointSaverListener):
 
 
 def make_training_hooks(run, stop_step):
-    """The hooks of one Estimator.train() call of `run` (a run_setup.Run) that stops at
+    """The hooks of one Estimator.train() call of `run` (a setup.Run) that stops at
     `stop_step`; images/s count the global batch (all ranks and accumulated micro-batches)."""
     options = run.options
-    log_dir = run_setup.rank_log_dir(options)
+    log_dir = setup.rank_log_dir(options)
     hooks = [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
              preemption.StopAtSignalHook(),
              TrainLogHook(log_dir, run.settings.batch.global_size,

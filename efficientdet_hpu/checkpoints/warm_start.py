@@ -25,7 +25,7 @@ from absl import logging
 
 from efficientdet_hpu.backbone import lite_weights
 from efficientdet_hpu.data import label_map as label_map_lib
-from efficientdet_hpu.training import checkpoints
+from efficientdet_hpu.checkpoints import checkpoints
 
 tf1 = tf.compat.v1
 

@@ -1,4 +1,4 @@
-"""training/evaluation.py in one process with the tiny model (tests/tiny_engine.py):
+"""engine/checkpoint_eval.py in one process with the tiny model (tests/tiny_engine.py):
 evaluate_checkpoint's metrics (pycocotools on the tiny model's detections, equal to a direct
 coco_metric computation and to the AP worked out by hand) and what it writes (metrics JSON,
 summaries, the JSON log line, model_dir/best), keep_best, evaluate_latest and
@@ -14,10 +14,10 @@ import pytest
 import tensorflow as tf
 
 import tiny_engine
-from efficientdet_hpu.training import coco_metric
-from efficientdet_hpu.training import evaluation
-from efficientdet_hpu.training import loops
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.evaluation import coco_metric
+from efficientdet_hpu.engine import checkpoint_eval as evaluation
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import train_log as run_log
 from tiny_engine import TinyModel, engine_options, logged_steps
 
 tf1 = tf.compat.v1

@@ -1,4 +1,4 @@
-"""training/hooks.py in real Estimator.train() calls of the tiny model (tests/tiny_engine.py),
+"""engine/hooks.py in real Estimator.train() calls of the tiny model (tests/tiny_engine.py),
 through loops.train_until: the training log (lines, JSON log, memory CSV, the final weights
 checksum), the summaries, the profiler window, the finite guard (a planted NaN loss) and the
 finite-weights listener."""
@@ -13,9 +13,9 @@ import tensorflow as tf
 
 import tiny_engine
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import hooks
-from efficientdet_hpu.training import loops
-from efficientdet_hpu.training import run_log
+from efficientdet_hpu.engine import hooks
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import train_log as run_log
 from tiny_engine import TinyModel, checkpoint_steps, engine_options
 
 tf1 = tf.compat.v1

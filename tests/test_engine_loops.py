@@ -1,4 +1,4 @@
-"""training/loops.py in one process with the tiny model (tests/tiny_engine.py): the epochs of
+"""engine/loops.py in one process with the tiny model (tests/tiny_engine.py): the epochs of
 train_and_eval (ends at int(epoch x steps per epoch), the last at the total; a rerun skips the
 finished ones; early stopping), train with eval_after_training, train_until, the resume and
 nothing-to-train lines, and the disk-full line."""
@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import tiny_engine
-from efficientdet_hpu.training import checkpoints
-from efficientdet_hpu.training import loops
+from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.engine import loops
 from tiny_engine import TinyModel, checkpoint_steps, engine_options, logged_steps
 
 tf1 = tf.compat.v1

@@ -1,4 +1,4 @@
-"""training/preemption.py in one process with the tiny model (tests/tiny_engine.py): a stop
+"""engine/preemption.py in one process with the tiny model (tests/tiny_engine.py): a stop
 signal recorded by preemption's own handler (installed by loops.execute; the signal is sent to
 this process only while that handler is in place, and the test process's handlers are put back
 after) ends training after the next step, with the checkpoint of that step, and
@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import tiny_engine
-from efficientdet_hpu.training import loops
-from efficientdet_hpu.training import preemption
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import preemption
 from tiny_engine import TinyModel, checkpoint_steps, engine_options, logged_steps
 
 

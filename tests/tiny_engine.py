@@ -1,4 +1,4 @@
-"""The training engine in one process: a real Run (training/run_setup.prepare on fake training
+"""The training engine in one process: a real Run (engine/setup.prepare on fake training
 data and a few real validation TFRecords) whose Estimator has a tiny model function instead of
 the network, so loops, evaluation, hooks and preemption run in about a second per Estimator
 call.
@@ -8,7 +8,7 @@ call.
 
 The tiny model has one trainable scalar, `shift`. Training moves it by gradient descent on
 0.5 * (shift - target)^2; its exponential moving average (EMA) is kept as the real model keeps
-it (training/checkpoints.py ema_*). Its detections are the ground-truth boxes each moved by
+it (checkpoints/checkpoints.py ema_*). Its detections are the ground-truth boxes each moved by
 shift x the box's height down and shift x its width right (the EMA value, restored as the real
 model restores it), so every detection has the IoU `shifted_iou(shift)` with its box and the
 COCO AP is the share of the ten IoU thresholds that IoU reaches (`hand_ap`): the AP of a
@@ -31,12 +31,12 @@ from absl import logging as absl_logging
 from cli_runs import TINY_HPARAMS
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config.options import RunOptions
-from efficientdet_hpu.training import checkpoints
-from efficientdet_hpu.training import coco_metric
+from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.evaluation import coco_metric
 from efficientdet_hpu.training import det_model_fn
-from efficientdet_hpu.training import preemption
-from efficientdet_hpu.training import run_log
-from efficientdet_hpu.training import run_setup
+from efficientdet_hpu.engine import preemption
+from efficientdet_hpu.engine import train_log as run_log
+from efficientdet_hpu.engine import setup as run_setup
 from tfrecord_fixtures import ImageSpec, write_shards
 
 tf1 = tf.compat.v1
@@ -331,6 +331,6 @@ def read_metrics(model_dir, step):
 
 
 def best_record(model_dir):
-    """model_dir/best/best_eval.json (training/evaluation.keep_best)."""
+    """model_dir/best/best_eval.json (engine/checkpoint_eval.keep_best)."""
     with open(os.path.join(str(model_dir), 'best', 'best_eval.json')) as f:
         return json.load(f)

@@ -62,12 +62,19 @@ def resolve(model_name='efficientdet-d0', hparams='', base=None, **fixed):
 def read_saved_config(path):
     """A model_dir's config.yaml as a Config: this project's (keys added since it was written
     take their defaults), or google/automl's as automl leaves it (read safely, keys mapped)."""
+    return read_saved_config_and_origin(path)[0]
+
+
+def read_saved_config_and_origin(path):
+    """(read_saved_config(path), True when the file is google/automl's own config.yaml), from
+    one read of the file."""
     try:
         with open(path) as f:
             values = automl_config.load_yaml_text(f.read(), path)
     except OSError as error:
         raise hparams_config.ConfigError('cannot read %s: %s' % (path, error.strerror))
-    if automl_config.is_automl_config(values):
+    is_automl = automl_config.is_automl_config(values)
+    if is_automl:
         name, values = automl_config.project_values(values)
         automl_config.note('%s is automl\'s config.yaml, read as %s' % (path, name))
     else:
@@ -75,4 +82,4 @@ def read_saved_config(path):
         if 'survival_prob' in values and 'backbone_survival_prob' not in values:
             # Written before survival_prob took automl's meaning (the heads').
             values['backbone_survival_prob'] = values.pop('survival_prob')
-    return hparams_config.get_efficientdet_config(name).override(values)
+    return hparams_config.get_efficientdet_config(name).override(values), is_automl

@@ -10,7 +10,6 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_hpu.config import automl_config
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import legacy_flags
 from efficientdet_hpu.config import recipe
@@ -131,9 +130,7 @@ def _read_model_dir_config(model_dir):
     path = os.path.join(model_dir, 'config.yaml')
     if not os.path.isfile(path):
         return None, False
-    with open(path) as f:
-        is_automl = automl_config.is_automl_config(automl_config.load_yaml_text(f.read(), path))
-    return recipe.read_saved_config(path), is_automl  # Ours, or automl's config.yaml.
+    return recipe.read_saved_config_and_origin(path)  # Ours, or automl's config.yaml.
 
 
 def _check_model_dir(model_dir, saved, config):

@@ -1,7 +1,7 @@
 """EfficientDet D0-D7x training, evaluation and serving (TF1 Estimator style, Horovod, Gaudi).
 
 The packages stand in a line; a module imports only from its own package or from packages
-before it (tests/test_layout.py checks it, and that no modules import in a cycle):
+before it (tests/project/test_layout.py checks it, and that no modules import in a cycle):
 
   core        the error policy, atomic files, TensorFlow's process settings, root-name shims
   ops         pure functions and layers over tensors: boxes, anchors, losses, NMS, conv/BN

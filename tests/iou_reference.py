@@ -1,5 +1,5 @@
 """Dense IoU of every box pair: the reference the anchor labeler's factored IoU is checked
-against (tests/test_anchors.py). Production code never needs the dense [N, M] form."""
+against (tests/ops/test_anchors.py). Production code never needs the dense [N, M] form."""
 import tensorflow as tf
 
 

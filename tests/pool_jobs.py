@@ -1,4 +1,4 @@
-"""Jobs for tests/test_worker_pool.py, importable by the spawned workers (plain functions, no
+"""Jobs for tests/core/test_worker_pool.py, importable by the spawned workers (plain functions, no
 TensorFlow). A job is a tuple (what, argument)."""
 import os
 import signal

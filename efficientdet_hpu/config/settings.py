@@ -13,7 +13,7 @@ How a `main.py` run's configuration travels (docs/architecture.md, "Configuratio
 Tools that build a model without training (export, predict, bench, model_inspect) take a
 frozen Config from config/recipe.resolve and compute in float32.
 
-Derived values, each computed in `finalize` only (tests/test_settings.py keeps it so):
+Derived values, each computed in `finalize` only (tests/config/test_settings.py keeps it so):
   batch.global_size = per-rank batch x ranks x accumulation steps; batch.accumulation_steps
   (from --global_batch_size, --gradient_accumulation_steps or the recipe);
   schedule.steps_per_epoch = images per epoch / global batch (a float, as automl);

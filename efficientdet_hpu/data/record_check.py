@@ -4,7 +4,7 @@ Rejects what data/record_parser.py rejects (its feature spec, required fields, l
 labels in 1..num_classes) and decodes the image with the TF ops of record_parser.decode_image,
 called eagerly one by one: its in-graph tf.case costs about 1 ms an image more. On top, what
 the pipeline would take silently: boxes outside [0, 1] or inverted, and image/height, width
-fields that disagree with the decoded image. tests/test_verify_tfrecords.py holds the parity
+fields that disagree with the decoded image. tests/datatools/test_verify_tfrecords.py holds the parity
 with record_parser on malformed records and images.
 """
 import dataclasses

@@ -1,6 +1,6 @@
 """COCO box evaluation of detection rows: faster-coco-eval's COCOeval (C++ evaluate and
 accumulate, the same 12 numbers as pycocotools', docs/evaluation.md has the timing) when it is
-installed, else pycocotools' own; pycocotools is the referee in tests/test_coco_metric.py.
+installed, else pycocotools' own; pycocotools is the referee in tests/evaluation/test_coco_metric.py.
 
 Plain Python/numpy: no flags, no Horovod. In distributed evaluation the caller gathers the
 per-rank arrays and calls `update_state` on rank 0 only.

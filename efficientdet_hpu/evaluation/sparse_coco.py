@@ -9,7 +9,7 @@ order, detections sorted by score with a stable sort (ties in input order), each
 taking the unmatched ground truth of highest IoU >= t (a later box wins a tie), the images'
 detections merged by score with a stable sort, precision made monotone and read at the 101
 recall points. Area range 'all' only, and no crowd boxes (photo_eval uses pycocotools itself
-when there are). tests/test_tiling.py checks the numbers equal pycocotools'.
+when there are). tests/data/test_tiling.py checks the numbers equal pycocotools'.
 """
 import collections
 import math

@@ -5,7 +5,7 @@ repeated weighted BiFPN cells, and class / box heads shared across levels.
 raw per-level outputs (docs/CONTRACTS.md); anchors, losses and decoding live elsewhere.
 
 Variable scopes (named as in the google/automl TF1 EfficientDet / EfficientNet code: an automl
-D0 checkpoint restores by name, tests/test_automl_equivalence.py):
+D0 checkpoint restores by name, tests/serving/test_automl_equivalence.py):
   efficientnet-bN/ (or -liteN/)...            backbone (restored alone by --backbone_ckpt)
   resample_p6/{conv2d,bn}/...                 extra levels above the backbone's P5
   fpn_cells/cell_<r>/fnode<i>/...             BiFPN nodes (resample_*, WSM*, op_after_combine*)

@@ -1,0 +1,545 @@
+"""The documentation's commands and links still match the code.
+
+Read: README.md, docs/**/*.md and k8s/README.md: the fenced code blocks labelled bash, sh, shell
+or console, or unlabelled (```text, ```yaml, ```json, ```python blocks are not read), and the
+links of the prose.
+
+Which lines are commands:
+  1. a line ending in a backslash is joined with the next one;
+  2. in a block where some line starts with a `$ ` prompt, only those lines are commands (the
+     prompt is dropped): the other lines are their output;
+  3. blank lines and lines starting with `#` are skipped; a ` # comment` after a command is
+     dropped (shell rules, shlex);
+  4. after leading `NAME=value` environment assignments, the first word decides: a Python
+     interpreter (`python`, `python3`, `.venv/bin/python`, any path ending in `/python...`,
+     `$PYTHON`), `mpirun` (its own flags are skipped up to the first interpreter word) or
+     `make`. A line starting with any other word is not checked: other programs (`kubectl`,
+     `pip`) and program output (`main.py: error: ...`, log lines, tables), which never starts
+     with a command word;
+  5. usage-synopsis brackets are optional arguments (`[--flag=x]` is `--flag=x`); `<...>`, `|`
+     and `...` are placeholders.
+
+What is checked:
+  - `python X.py`: X.py exists in the repository; `python -m a.b`: a/b.py or a/b/__main__.py
+    exists, unless `a` is an installed tool that is not in the repository (`python -m pytest`);
+  - for the entry points users type (main.py, demo_efficientdet.py, inference.py, bench.py,
+    model_inspect.py and the `dataset.*`, `training.*`, `benchmarks.*` tools): every
+    `--flag`, `--flag=value` or `--noflag` (a boolean) after the script is a flag the entry
+    point defines, and a first bare word (`inference.py export`, `bench.py infer`) is one of
+    its subcommands. The flags are what the entry point prints for `--helpfull` (absl; `--help`
+    for argparse), run from the repository root with this interpreter, so the check does not
+    depend on where the code lives. demo_efficientdet.py reads its own flags (its `--help`) and
+    forwards every other one to main.py: a flag on a launcher line may be either's, and after a
+    bare `--` it is main.py's;
+  - `make X`: X is a target of the Makefile;
+  - a relative link `[text](path)` outside code points to an existing file, and a `#anchor`
+    into a markdown file names one of its headings (GitHub's heading ids);
+  - README.md starts with the two set-up commands and links every docs/ page.
+"""
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from cli_runs import kill_group, started
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOC_FILES = sorted([ROOT / 'README.md', *(ROOT / 'docs').rglob('*.md'), ROOT / 'k8s' / 'README.md'])
+COMMAND_LANGUAGES = {'', 'bash', 'sh', 'shell', 'console'}
+# Entry points whose flags are checked; each prints its flags for --helpfull and exits.
+FLAG_CHECKED_SCRIPTS = {'main.py', 'demo_efficientdet.py', 'inference.py', 'bench.py',
+                        'model_inspect.py'}
+FLAG_CHECKED_PACKAGES = {'dataset', 'training', 'benchmarks'}
+# The launcher reads its own flags and hands every other argument to main.py.
+FORWARDS_TO = {'demo_efficientdet.py': 'main.py'}
+# (file, command words joined by spaces) of command lines that are deliberately wrong, each
+# with the reason. Empty: the error examples of docs/troubleshooting.md are program output
+# (`main.py: error: ...`), which rule 4 already skips.
+ALLOWED_WRONG = {}
+
+_INTERPRETER = re.compile(r'(?:^|/)python[0-9.]*$|^\$\{?PYTHON\}?$')
+_ENV_ASSIGNMENT = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=')
+_ABSL_FLAG_LINE = re.compile(r'^  (?:-\S+,)?--(\[no\])?([A-Za-z0-9_.\-]+):')
+_ARGPARSE_FLAG = re.compile(r'(?:^|[\s,\[])--([A-Za-z0-9][A-Za-z0-9_\-]*)')
+_LAUNCHER_FLAG_LINE = re.compile(r'^\s+--([A-Za-z0-9_]+)( [A-Z]+)?\s{2,}')
+_SUBCOMMANDS = re.compile(r'usage: \S+ \{([A-Za-z0-9_,\-]+)\}')
+_BARE_WORD = re.compile(r'^[a-z][a-z0-9_]*$')
+_NO_SUCH_COMMAND = '__docs_check_no_such_command__'
+
+
+# ---------------------------------------------------------------------------- reading docs
+@dataclasses.dataclass
+class Command:
+    where: str    # 'docs/data.md:12'
+    words: list   # shell words without the environment assignments; [] if not valid shell
+    text: str     # the joined line as written
+    error: str = ''
+
+
+def code_blocks(text):
+    """(language, number of the first line, lines) of each fenced block."""
+    blocks, lines, index = [], text.split('\n'), 0
+    while index < len(lines):
+        opening = re.match(r'^\s*(```+|~~~+)\s*([\w+-]*)', lines[index])
+        index += 1
+        if not opening:
+            continue
+        start, body = index + 1, []
+        while index < len(lines) and not lines[index].strip().startswith(opening.group(1)):
+            body.append(lines[index])
+            index += 1
+        blocks.append((opening.group(2).lower(), start, body))
+        index += 1
+    return blocks
+
+
+def joined_lines(start, body):
+    """(line number, line) with backslash continuations joined."""
+    joined, number = [], 0
+    while number < len(body):
+        first, line = number, body[number]
+        while line.endswith('\\') and number + 1 < len(body):
+            number += 1
+            line = line[:-1] + ' ' + body[number].strip()
+        joined.append((start + first, line))
+        number += 1
+    return joined
+
+
+def is_command_word(word):
+    return bool(_INTERPRETER.search(word)) or word in ('mpirun', 'make')
+
+
+def commands_in_markdown(text, name):
+    """The command lines of `text` (a markdown file called `name`) by the module's rule."""
+    commands = []
+    for language, start, body in code_blocks(text):
+        if language not in COMMAND_LANGUAGES:
+            continue
+        prompted = any(line.startswith('$ ') for line in body)
+        for number, line in joined_lines(start, body):
+            if prompted and not line.startswith('$ '):
+                continue
+            line = line[2:].strip() if prompted else line.strip()
+            first = [word for word in line.split() if not _ENV_ASSIGNMENT.match(word)][:1]
+            if line.startswith('#') or not first or not is_command_word(first[0]):
+                continue
+            where = '%s:%d' % (name, number)
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError as error:
+                commands.append(Command(where, [], line, 'not a valid shell line: %s' % error))
+                continue
+            while words and _ENV_ASSIGNMENT.match(words[0]):
+                words = words[1:]
+            commands.append(Command(where, words, line))
+    return commands
+
+
+def all_commands():
+    commands = []
+    for path in DOC_FILES:
+        commands += commands_in_markdown(path.read_text(), str(path.relative_to(ROOT)))
+    return commands
+
+
+# ------------------------------------------------------------------------ reading commands
+@dataclasses.dataclass
+class PythonCall:
+    kind: str     # 'script' or 'module'
+    target: str   # 'main.py', 'dataset.doctor'
+    args: list
+
+    @property
+    def entry_point(self):
+        """The key of an entry point whose flags are checked ('main.py', 'dataset.doctor')."""
+        if self.kind == 'script':
+            path = os.path.normpath(self.target)
+            return path if path in FLAG_CHECKED_SCRIPTS else None
+        return self.target if self.target.split('.')[0] in FLAG_CHECKED_PACKAGES else None
+
+
+def python_call(words):
+    """The script or module a command's words run, or None (make, or no Python)."""
+    if words[:1] == ['mpirun']:
+        words = words[next((i for i, w in enumerate(words) if _INTERPRETER.search(w)), 0):]
+    if not words or not _INTERPRETER.search(words[0]):
+        return None
+    index = 1
+    while index < len(words) and words[index].startswith('-') and words[index] != '-m':
+        index += 1  # interpreter options (-u, -B, ...)
+    if index >= len(words) or (words[index] == '-m' and index + 1 >= len(words)):
+        return None
+    if words[index] == '-m':
+        return PythonCall('module', words[index + 1], words[index + 2:])
+    return PythonCall('script', words[index], words[index + 1:])
+
+
+def clean_word(word):
+    """A synopsis word without its optional-argument brackets: '[--x=1]' -> '--x=1'."""
+    return word.lstrip('[').rstrip(']')
+
+
+def flag_words(args):
+    """(flag name, whether after a bare '--') of each --flag, --flag=value, --noflag."""
+    flags, after_separator = [], False
+    for word in map(clean_word, args):
+        if word == '--':
+            after_separator = True
+        elif word.startswith('--') and len(word) > 2:
+            flags.append((word[2:].split('=', 1)[0], after_separator))
+    return flags
+
+
+def subcommand_word(args):
+    first = clean_word(args[0]) if args else ''
+    return first if _BARE_WORD.match(first) else None
+
+
+def missing_file(call):
+    """Why the script or module of `call` is not in the repository, or None."""
+    if call.kind == 'script':
+        found = (ROOT / call.target).is_file()
+        return None if found else 'python %s: no such file in the repository' % call.target
+    parts = call.target.split('.')
+    base = ROOT.joinpath(*parts)
+    if base.with_suffix('.py').is_file() or (base / '__main__.py').is_file():
+        return None
+    in_repository = (ROOT / parts[0]).exists() or (ROOT / (parts[0] + '.py')).exists()
+    if not in_repository and importlib.util.find_spec(parts[0]) is not None:
+        return None  # an installed tool, not this project's: python -m pytest
+    return 'python -m %s: no %s.py or %s/__main__.py in the repository' % (
+        call.target, '/'.join(parts), '/'.join(parts))
+
+
+# ------------------------------------------------------------------ what entry points take
+@dataclasses.dataclass
+class EntryPoint:
+    flags: set
+    booleans: set
+    subcommands: set = None  # None: takes none, or did not say
+
+    def accepts(self, name):
+        return name in self.flags or (name.startswith('no') and name[2:] in self.booleans)
+
+
+def parse_help(text, line_pattern, boolean_group_is_marker):
+    flags, booleans = set(), set()
+    for line in text.split('\n'):
+        match = line_pattern.match(line)
+        if match:
+            name, marker = (match.group(2), match.group(1)) if boolean_group_is_marker else (
+                match.group(1), not match.group(2))
+            flags.add(name)
+            if marker:
+                booleans.add(name)
+    return flags, booleans
+
+
+def run_all(argvs):
+    """Runs the command lines at once from the repository root; their output by argv."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONDONTWRITEBYTECODE='1')
+    outputs = {}
+    with contextlib.ExitStack() as stack:
+        processes = {argv: stack.enter_context(started(argv, cwd=ROOT, env=env,
+                                                       stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT))
+                     for argv in argvs}
+        for argv, process in processes.items():
+            try:
+                outputs[argv] = process.communicate(timeout=300)[0]
+            except subprocess.TimeoutExpired:
+                kill_group(process)
+                outputs[argv] = process.communicate(timeout=30)[0]
+    return outputs
+
+
+def command_line(key, *args):
+    return (sys.executable, key, *args) if key.endswith('.py') else (
+        sys.executable, '-m', key, *args)
+
+
+def learn_entry_points(keys, with_subcommands):
+    """Flags (--helpfull; the launcher's --help) and, for `with_subcommands`, subcommands
+    (the usage error for an unknown one lists them) of every entry point of `keys`."""
+    keys = set(keys) | {FORWARDS_TO[key] for key in set(keys) & set(FORWARDS_TO)}
+    help_lines = {key: command_line(key, '--help' if key in FORWARDS_TO else '--helpfull')
+                  for key in keys}
+    usage_lines = {key: command_line(key, _NO_SUCH_COMMAND) for key in with_subcommands}
+    outputs = run_all([*help_lines.values(), *usage_lines.values()])
+    found = {}
+    for key in sorted(keys):
+        text = outputs[help_lines[key]]
+        flags, booleans = parse_help(text, _ABSL_FLAG_LINE, True)
+        if key in FORWARDS_TO:  # the launcher's own usage text, absl's if it becomes absl
+            launcher_flags, launcher_booleans = parse_help(text, _LAUNCHER_FLAG_LINE, False)
+            flags, booleans = flags | launcher_flags, booleans | launcher_booleans
+        if not flags:  # not absl: argparse's --help
+            text = run_all([command_line(key, '--help')])[command_line(key, '--help')]
+            flags, booleans = set(_ARGPARSE_FLAG.findall(text)), set()
+        assert flags, '%s printed no flags:\n%s' % (' '.join(help_lines[key]), text[-3000:])
+        match = _SUBCOMMANDS.search(outputs.get(usage_lines.get(key), ''))
+        found[key] = EntryPoint(flags, booleans, set(match.group(1).split(',')) if match else None)
+    return found
+
+
+# ---------------------------------------------------------------------------------- checks
+def makefile_targets():
+    targets = set()
+    for line in (ROOT / 'Makefile').read_text().split('\n'):
+        match = re.match(r'^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)', line)
+        if match and not line.startswith(('\t', '.')):
+            targets.update(match.group(1).split())
+    return targets
+
+
+def check_flags(call, entry_points):
+    key = call.entry_point
+    entry, forwarded = entry_points[key], entry_points.get(FORWARDS_TO.get(key))
+    problems = []
+    subcommand = subcommand_word(call.args)
+    if subcommand and entry.subcommands is not None and subcommand not in entry.subcommands:
+        problems.append('%s has no subcommand %r (it takes: %s)' % (
+            key, subcommand, ', '.join(sorted(entry.subcommands))))
+    for name, after_separator in flag_words(call.args):
+        readers = [forwarded] if after_separator else [entry, forwarded]
+        if not any(reader is not None and reader.accepts(name) for reader in readers):
+            owner = key if forwarded is None else '%s or %s' % (key, FORWARDS_TO[key])
+            problems.append('--%s is not a flag of %s' % (name, owner))
+    return problems
+
+
+def check_make(words, targets):
+    return ['make %s: no such target in the Makefile (targets: %s)' % (
+                word, ', '.join(sorted(targets)))
+            for word in words[1:] if not word.startswith('-') and not _ENV_ASSIGNMENT.match(word)
+            and word not in targets]
+
+
+def check_commands(commands, entry_points, kinds=('shell', 'file', 'flag', 'make')):
+    """'where: problem' for every problem of `commands` of the given kinds."""
+    problems, targets = [], makefile_targets()
+    for command in commands:
+        found = {'shell': [command.error] if command.error else []}
+        if command.words[:1] == ['make']:
+            found['make'] = check_make(command.words, targets)
+        call = python_call(command.words) if command.words else None
+        if call:
+            found['file'] = [missing_file(call)] if missing_file(call) else []
+            if not found['file'] and call.entry_point and entry_points is not None:
+                found['flag'] = check_flags(call, entry_points)
+        if (command.where.rsplit(':', 1)[0], ' '.join(command.words)) in ALLOWED_WRONG:
+            continue
+        problems += ['%s: %s\n    %s' % (command.where, problem, command.text)
+                     for kind in kinds for problem in found.get(kind, [])]
+    return problems
+
+
+def needed_entry_points(commands):
+    """The entry points the commands use, and those shown with a subcommand."""
+    keys, with_subcommands = set(), set()
+    for command in commands:
+        call = python_call(command.words) if command.words else None
+        if call and call.entry_point and not missing_file(call):
+            keys.add(call.entry_point)
+            if subcommand_word(call.args):
+                with_subcommands.add(call.entry_point)
+    return keys, with_subcommands
+
+
+def without_code(text, inline=True):
+    """`text` without fenced blocks (kept as empty lines), and without inline code spans
+    unless `inline` is false: a link there is code."""
+    kept, fence = [], None
+    for line in text.split('\n'):
+        opening = re.match(r'^\s*(```+|~~~+)', line)
+        if fence is None and opening:
+            fence = opening.group(1)
+        elif fence is not None and line.strip().startswith(fence):
+            fence = None
+        kept.append('' if fence is not None or opening else line)
+    prose = '\n'.join(kept)
+    return re.sub(r'(`+)(?:(?!\1).)+?\1', '', prose, flags=re.S) if inline else prose
+
+
+def relative_links(text):
+    """(line number, target) of each [text](target) that is not a URL."""
+    prose, links = without_code(text), []
+    for match in re.finditer(r'!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)', prose):
+        if not re.match(r'^[a-zA-Z][a-zA-Z0-9+.\-]*:', match.group(1)):
+            links.append((prose.count('\n', 0, match.start()) + 1, match.group(1)))
+    return links
+
+
+def heading_ids(text):
+    """GitHub's ids of the headings of a markdown text."""
+    ids, seen = set(), {}
+    for line in without_code(text, inline=False).split('\n'):
+        match = re.match(r'^#{1,6}\s+(.*?)\s*#*\s*$', line)
+        if match:
+            title = re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', match.group(1)).lower()
+            slug = re.sub(r'[^\w\- ]', '', title).replace(' ', '-')
+            ids.add(slug if slug not in seen else '%s-%d' % (slug, seen[slug]))
+            seen[slug] = seen.get(slug, 0) + 1
+    return ids
+
+
+def check_links(path, text):
+    problems = []
+    for line, target in relative_links(text):
+        file_part, _, anchor = target.partition('#')
+        resolved = (path.parent / file_part.split('?')[0]).resolve() if file_part else path
+        where = '%s:%d' % (path.relative_to(ROOT) if path.is_relative_to(ROOT) else path, line)
+        if not resolved.exists():
+            problems.append('%s: link to %s: no such file' % (where, target))
+        elif (anchor and resolved.suffix == '.md'
+              and anchor not in heading_ids(resolved.read_text())):
+            problems.append('%s: link to %s: %s has no heading with that id' % (
+                where, target, resolved.name))
+    return problems
+
+
+# ----------------------------------------------------------------------------------- tests
+def code_fingerprint():
+    """A hash of the interpreter and every Python file of the project outside tests/."""
+    digest = hashlib.sha256(sys.executable.encode())
+    for path in sorted(ROOT.rglob('*.py')):
+        relative = path.relative_to(ROOT)
+        skipped = relative.parts[0] in ('.venv', '.git', 'tests') or '__pycache__' in relative.parts
+        if not skipped:
+            digest.update(str(relative).encode() + b'\0' + path.read_bytes() + b'\0')
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope='module')
+def commands():
+    found = all_commands()
+    assert len(found) > 20, 'the command rule found almost no commands: %s' % found
+    return found
+
+
+@pytest.fixture(scope='module')
+def entry_points(commands, request):
+    """Flags and subcommands of the entry points the docs use (and main.py), learnt once.
+
+    That starts ~10 processes importing TensorFlow (20-40 s on 2 cores), so the result is
+    kept in pytest's cache (.pytest_cache) under a hash of the project's Python files: any
+    code change learns them again.
+    """
+    keys, with_subcommands = needed_entry_points(commands)
+    keys.add('main.py')
+    cache = getattr(request.config, 'cache', None)
+    fingerprint = '%s %s %s' % (code_fingerprint(), sorted(keys), sorted(with_subcommands))
+    cached = cache.get('test_docs/entry_points', {}) if cache else {}
+    if cached.get('fingerprint') == fingerprint:
+        return {key: EntryPoint(set(flags), set(booleans), subs and set(subs))
+                for key, (flags, booleans, subs) in cached['entry_points'].items()}
+    found = learn_entry_points(keys, with_subcommands)
+    if cache:
+        cache.set('test_docs/entry_points', {'fingerprint': fingerprint, 'entry_points': {
+            key: [sorted(e.flags), sorted(e.booleans), e.subcommands and sorted(e.subcommands)]
+            for key, e in found.items()}})
+    return found
+
+
+def test_commands_run_existing_scripts_and_modules(commands):
+    problems = check_commands(commands, None, kinds=('shell', 'file'))
+    assert not problems, '\n'.join(problems)
+
+
+@pytest.mark.slow  # Starts Python processes that import TensorFlow.
+def test_flags_and_subcommands_are_defined(commands, entry_points):
+    problems = check_commands(commands, entry_points, kinds=('flag',))
+    assert not problems, '\n'.join(problems)
+
+
+def test_make_targets_exist(commands):
+    assert {'demo', 'test'} <= makefile_targets()
+    problems = check_commands(commands, None, kinds=('make',))
+    assert not problems, '\n'.join(problems)
+
+
+def test_relative_links_and_anchors_resolve():
+    problems = []
+    for path in DOC_FILES:
+        problems += check_links(path, path.read_text())
+    assert not problems, '\n'.join(problems)
+
+
+def test_readme_starts_with_the_two_setup_commands_and_links_every_page():
+    text = (ROOT / 'README.md').read_text()
+    language, _, body = code_blocks(text)[0]
+    assert language == 'bash'
+    assert [line.split()[:2] for line in body] == [['make', 'demo'], ['make', 'test']]
+    preamble = text.split('```')[0].strip().split('\n')
+    assert len(preamble) == 1 and preamble[0].startswith('# '), preamble
+    linked = {target.split('#')[0] for _, target in relative_links(text)}
+    pages = {'docs/%s' % path.name for path in (ROOT / 'docs').glob('*.md')}
+    assert not pages - linked, 'README.md does not link %s' % sorted(pages - linked)
+
+
+PLANTED = '''
+Some prose with [a good link](README.md) and [a bad one](docs/no-such-page.md).
+
+```bash
+python main.py --mode=train --no_such_flag=3 \\
+    --model_dir=/tmp/x   # a comment with --flag_in_a_comment
+python no_such_script.py --x=1
+python -m dataset.no_such_tool
+MULTI_HLS_IPS=1.2.3.4 python demo_efficientdet.py --use_horovod 8 --dry_run --nouse_amp \\
+    -- --hls_type=HLS1
+mpirun -np 2 --allow-run-as-root -x PATH $PYTHON main.py --use_horovod --nodeterministic
+make no_such_target
+python -m pytest -q tests/project/test_docs.py
+```
+
+```
+main.py: error: this is output, --not_a_flag is fine here
+```
+'''
+
+
+@pytest.mark.slow  # Starts Python processes that import TensorFlow.
+def test_checker_catches_planted_mistakes(entry_points, tmp_path):
+    commands = commands_in_markdown(PLANTED, 'planted.md')
+    assert [command.words[0] for command in commands] == [
+        'python', 'python', 'python', 'python', 'mpirun', 'make', 'python']
+    problems = check_commands(commands, entry_points)
+    text = '\n'.join(problems)
+    assert 'planted.md:5: --no_such_flag is not a flag of main.py' in text
+    assert 'planted.md:7: python no_such_script.py: no such file' in text
+    assert 'planted.md:8: python -m dataset.no_such_tool: no dataset/no_such_tool.py' in text
+    # --hls_type is the launcher's: after `--` it goes to main.py, which does not define it.
+    assert 'planted.md:9: --hls_type is not a flag of demo_efficientdet.py or main.py' in text
+    assert 'planted.md:12: make no_such_target: no such target' in text
+    # Not problems: the comment's flag, mpirun's flags, --nouse_amp, --use_horovod, pytest.
+    assert len(problems) == 5, text
+
+    page = tmp_path / 'page.md'
+    page.write_text('# A page\n')
+    assert check_links(page, PLANTED.replace('README.md', 'page.md')) == [
+        '%s:2: link to docs/no-such-page.md: no such file' % page]
+    assert check_links(page, '[x](page.md#a-page) [y](#no-such-heading)') == [
+        '%s:1: link to #no-such-heading: page.md has no heading with that id' % page]
+
+
+def test_rule_details():
+    assert heading_ids('# Preparing data: COCO or your own export → TFRecords\n'
+                       '## What `make demo` does\n## A\n## A') == {
+        'preparing-data-coco-or-your-own-export--tfrecords', 'what-make-demo-does', 'a', 'a-1'}
+    console = '```console\n$ python bench.py train --x\nstep 1 python main.py --y\n```\n'
+    assert [c.words for c in commands_in_markdown(console, 'c.md')] == [
+        ['python', 'bench.py', 'train', '--x']]
+    call = python_call(['.venv/bin/python', '-u', 'inference.py', 'export', '[--formats=a]'])
+    assert (call.kind, call.entry_point, subcommand_word(call.args)) == (
+        'script', 'inference.py', 'export')
+    assert flag_words(call.args) == [('formats', False)]

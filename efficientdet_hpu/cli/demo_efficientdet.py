@@ -13,8 +13,8 @@ Environment read here: MULTI_HLS_IPS, DOCKER_SSHD_PORT, MPI_SSH_ARGS, MPI_TCP_IN
 MPI_MAP_BY, HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, HCL_PORT,
 HCL_CONFIG_PATH, HCL_CONFIG_AUTOGEN_PATH and OMPI_MCA_orte_default_hostfile (see
 docs/launching.md and k8s/README.md). Many boxes (MULTI_HLS_IPS or --hostfile) are checked over
-ssh before any rank starts (launch/ssh_preflight.py) and watched for a rank that stops
-answering (launch/heartbeat.py). The launch itself is worked out by launch/plan.py and started by
+ssh before any rank starts (launch/ssh_preflight.py); a job of two or more ranks is watched for
+a rank that stops answering (launch/heartbeat.py). The launch itself is worked out by launch/plan.py and started by
 launch/start.py; this module parses, reports and calls.
 """
 import os

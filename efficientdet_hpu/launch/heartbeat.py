@@ -1,4 +1,5 @@
-"""A multi-box job whose rank stops answering ends with a line naming that rank, not a hang.
+"""A job of two or more ranks whose rank stops answering ends with a line naming that rank, not
+a hang.
 
 Horovod's stall inspector (HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)
 ends a job whose ranks are alive but did not all submit the same tensor. It cannot see a rank
@@ -6,10 +7,10 @@ that stopped as a whole (SIGSTOP, a frozen box, a box cut off from the network):
 in Horovod's background loop, between the MPI collectives of the loop, and rank 0's loop then
 waits inside such a collective for good (measured here: no warning, no shutdown, after minutes).
 
-So under the launcher's multi-box mpirun every rank also beats: a thread of the rank
+So under the launcher's mpirun of two or more ranks every rank also beats: a thread of the rank
 (runtime/rank_heartbeat.py) rewrites `<dir>/rank.<r>` every HEARTBEAT_SECONDS with a counter, its
-pid and its host; `done` when the rank ends normally. The launcher watches those files
-(model_dir is on storage every box shares) and, when one has not changed for the stall
+pid and its host; `done` when the rank ends normally. The launcher watches those files (in
+model_dir, on storage every box shares, for many boxes; in the temporary folder for one) and, when one has not changed for the stall
 shutdown time, prints the rank, its box and pid, and ends the job. Changes are timed on the
 launcher's own clock, so the boxes' clocks need not agree.
 """
@@ -107,6 +108,6 @@ class StallWatch:
 def stall_line(stall, size):
     """The one line the launcher prints before ending a job on a stalled rank."""
     return (f"rank {stall.rank} of {size} (on {stall.host}, pid {stall.pid}) has not answered "
-            f"for {stall.seconds:.0f} s (stopped, frozen or cut off from the other boxes): "
+            f"for {stall.seconds:.0f} s (stopped, frozen or cut off from the other ranks): "
             f"ending the job ({STALL_SHUTDOWN_ENV} sets the time); the last checkpoint is kept "
             f"and the same command resumes from it")

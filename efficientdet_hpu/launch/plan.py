@@ -1,6 +1,7 @@
 """What demo_efficientdet.py will run, worked out without starting anything: main.py in this
 process, main.py replacing a rank that mpirun started (Habana's MPIJob style), or mpirun with
-its placement, hostfile, HCL config and, on many boxes, the ssh preflight and the stall watch.
+its placement, hostfile, HCL config, on many boxes the ssh preflight, and for two or more ranks
+the stall watch.
 `build_launch` reads the environment, a hostfile and an existing HCL config but writes
 nothing; `describe` is the dry-run text. launch/start.py starts what it returns."""
 import dataclasses
@@ -38,7 +39,7 @@ class Launch:
     dry_run: bool = False
     show_help: bool = False
     preflight: Preflight | None = None    # multi-box: ssh to every box before starting
-    stall_watch: tuple | None = None      # multi-box: (heartbeat dir, rank hosts, seconds)
+    stall_watch: tuple | None = None      # 2+ ranks: (heartbeat dir, rank hosts, seconds)
 
     @property
     def uses_mpirun(self):
@@ -109,7 +110,7 @@ def _mpi_launch(args, forwarded, program, environ, cores, deduce_network):
         files += ((site.hostfile, site.hostfile_text),)
     env = dict(environ, HCL_CONFIG_PATH=hcl_path)
     env.setdefault("PYTHONUNBUFFERED", "1")  # a dying rank's last lines reach the log
-    preflight, watch = _multi_box_guards(site, environ, env, program, work_dir)
+    preflight, watch = _rank_guards(site, environ, env, program, work_dir)
     ranks_per_box = max(host.slots for host in site.hosts)
     map_by = hccl_config.map_by_from_env(environ, args.kubernetes_run)
     placement, warning = hccl_config.placement_flags(map_by, ranks_per_box, cores)
@@ -123,19 +124,29 @@ def _mpi_launch(args, forwarded, program, environ, cores, deduce_network):
                   files, tuple(warnings), args.dry_run, preflight=preflight, stall_watch=watch)
 
 
-def _multi_box_guards(site, environ, env, program, work_dir):
-    """(Preflight, stall watch) of a multi-box site, (None, None) otherwise. Adds to `env`
-    Horovod's stall shutdown time (default on) and where the ranks' heartbeats go."""
-    if not site.multi_box:
+def _rank_guards(site, environ, env, program, work_dir):
+    """(Preflight, stall watch) of a job. Many boxes: the ssh preflight, Horovod's stall
+    shutdown time (default on) and the heartbeats in work_dir (shared by the boxes). One box
+    of two or more ranks: the heartbeat watch alone, its heartbeats in the local temporary
+    folder (a stopped rank would otherwise hang the job: Horovod's own check cannot see it);
+    Horovod's settings are left as they are. HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0 turns the
+    watch off. Adds to `env` what the ranks need."""
+    ranks = rank_hosts(site.hosts)
+    if not site.multi_box and len(ranks) < 2:
         return None, None
     additions, stall_seconds = stall_settings(environ)
-    heartbeat_dir = os.path.join(work_dir, "heartbeat", f"launch_{os.getpid()}")
+    heartbeat_dir = (os.path.join(work_dir, "heartbeat", f"launch_{os.getpid()}") if site.multi_box
+                     else os.path.join(tempfile.gettempdir(), f"efficientdet_heartbeat_{os.getpid()}"))
+    watch = (heartbeat_dir, ranks, stall_seconds) if stall_seconds else None
+    if not site.multi_box:
+        if watch:
+            env[HEARTBEAT_DIR_ENV] = heartbeat_dir
+        return None, watch
     env.update(additions, **{HEARTBEAT_DIR_ENV: heartbeat_dir})
     mpi_root = environ.get("MPI_ROOT", "").strip()
     preflight = Preflight(tuple(host.name for host in site.hosts), site.ssh_args, program[0],
                           tuple(path for path in program[1:2] if path != "-m"),
                           os.path.join(mpi_root, "bin", "orted") if mpi_root else "orted")
-    watch = (heartbeat_dir, rank_hosts(site.hosts), stall_seconds) if stall_seconds else None
     return preflight, watch
 
 

@@ -1,7 +1,7 @@
 """A rank's heartbeat for the launcher's stall watch (launch/heartbeat.py says why: a rank
 stopped as a whole is invisible to Horovod's own stall check).
 
-Started by distributed.init() when demo_efficientdet.py's multi-box mpirun set
+Started by distributed.init() when demo_efficientdet.py's mpirun of two or more ranks set
 EFFICIENTDET_HEARTBEAT_DIR; stopped (and `done` written) when the process ends.
 """
 import atexit

@@ -2,7 +2,8 @@
 ranks over ssh on a second box (an sshd on 127.0.0.2, tests/ssh_hosts.py), train and evaluate;
 and the faults of a cluster end in one line: a box that does not answer ssh or lacks the venv
 (before any rank starts), a rank killed on the second box (the rerun resumes), a rank stopped
-there (the stall time-out names it).
+there (the stall time-out names it); and a rank stopped in a one-box job, which the same
+heartbeat watch names.
 
 The second box shares this machine's files, as boxes with a shared file system do, so
 model_dir is "shared storage". A rank runs on the second box when its process was started
@@ -83,11 +84,19 @@ def test_bare_hostfile_lines_take_use_horovod_and_mpi_root_names_orted(tmp_path)
     assert launch.preflight.daemon == str(mpi_root / 'bin' / 'orted')
 
 
-def test_one_box_has_no_preflight_and_no_heartbeat(tmp_path):
+def test_one_box_has_no_preflight_and_watches_its_ranks_without_horovods_shutdown(tmp_path):
     launch = build(['--use_horovod', '2', '--model_dir=%s' % tmp_path])
-    assert launch.preflight is None and launch.stall_watch is None
-    assert 'EFFICIENTDET_HEARTBEAT_DIR' not in launch.env
-    assert 'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS' not in launch.env
+    assert launch.preflight is None
+    directory, hosts, seconds = launch.stall_watch
+    assert launch.env['EFFICIENTDET_HEARTBEAT_DIR'] == directory
+    assert not directory.startswith(str(tmp_path))  # local: the temporary folder
+    assert len(hosts) == 2 and seconds == 300
+    assert 'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS' not in launch.env  # Horovod's left as it is
+    off = build(['--use_horovod', '2', '--model_dir=%s' % tmp_path],
+                HOROVOD_STALL_SHUTDOWN_TIME_SECONDS='0')
+    assert off.stall_watch is None and 'EFFICIENTDET_HEARTBEAT_DIR' not in off.env
+    alone = build(['--use_horovod', '1', '--model_dir=%s' % tmp_path])
+    assert alone.stall_watch is None and alone.preflight is None
 
 
 @pytest.mark.parametrize('env, shutdown, seconds', [
@@ -211,15 +220,17 @@ def checkpointed_step(model_dir):
     return int(latest.rsplit('-', 1)[1]) if latest else 0
 
 
-def act_on_second_box_rank(model_dir, signum, done, after_step=1, seconds=600):
+def act_on_second_box_rank(model_dir, signum, done, after_step=1, seconds=600,
+                           host=SECOND_HOST):
     """In a thread: once a checkpoint of `after_step` or later exists, sends `signum` (0: none)
-    to the rank running on SECOND_HOST and records {'pid', 'at'} in `done` (left empty if that
-    never happens within `seconds`)."""
+    to the rank running on `host` (None: rank 1 of a one-box job) and records {'pid', 'at'} in
+    `done` (left empty if that never happens within `seconds`)."""
     def run():
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if checkpointed_step(model_dir) >= after_step:
-                remote = [pid for pid, host in ranks_of(model_dir).values() if host == SECOND_HOST]
+                remote = [pid for rank, (pid, where) in ranks_of(model_dir).items()
+                          if where == host and (host is not None or rank == 1)]
                 if remote:
                     os.kill(remote[0], signum)
                     done.update(pid=remote[0], at=time.monotonic())
@@ -394,6 +405,36 @@ def test_a_stopped_rank_on_the_second_box_ends_the_job_on_the_stall_time_out(
         assert 55 <= ended - stopped['at'] < 60 + 60, ended - stopped['at']
         assert not ranks_of(model_dir), 'ranks outlived the job'
         assert checkpointed_step(model_dir) >= 2  # nothing lost: the rerun resumes from it
+    finally:
+        if stopped:
+            end_process(stopped['pid'])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_stopped_rank_of_a_one_box_job_ends_it_on_the_stall_time_out(tiny_dataset, tmp_path):
+    """The same fault on one box (`--use_horovod 2`, no ssh): the heartbeat watch names the
+    stopped rank instead of the job waiting for it for good."""
+    model_dir = str(tmp_path / 'model')
+    flags = ['--use_horovod', '2'] + tiny_flags(tiny_dataset, model_dir, '--mode=train',
+                                                '--num_examples_per_epoch=8', '--num_epochs=50',
+                                                '--cp_every_n_steps=2')
+    env = dict(os.environ, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS='20')
+    stopped = {}
+    stopper = act_on_second_box_rank(model_dir, signal.SIGSTOP, stopped, host=None)
+    try:
+        result, _ = launch(flags, env, 540)
+        ended = time.monotonic()
+        stopper.join(timeout=10)
+        assert stopped, 'rank 1 was never stopped: %s' % result.stdout[-4000:]
+        output = result.stdout
+        assert result.returncode != 0, output[-4000:]
+        assert ('demo_efficientdet.py: rank 1 of 2 (on localhost, pid %d) has not answered for'
+                % stopped['pid']) in output, output[-4000:]
+        assert 15 <= ended - stopped['at'] < 20 + 60, ended - stopped['at']
+        assert not ranks_of(model_dir), 'ranks outlived the job'
+        assert checkpointed_step(model_dir) >= 2
+        assert not os.path.exists(os.path.join(model_dir, 'heartbeat'))  # local, and removed
     finally:
         if stopped:
             end_process(stopped['pid'])

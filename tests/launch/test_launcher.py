@@ -120,7 +120,7 @@ def test_one_box_command(tmp_path):
     assert launch.command == [
         *HEAD, "--bind-to", "core", "--map-by", "socket:PE=4", "-np", "4",
         *exports(["PATH", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED", "HCL_CONFIG_PATH",
-                  "HABANA_LOGS", "HCCL_COMM_ID", "HOROVOD_CYCLE_TIME", "TF_CPP_MIN_LOG_LEVEL"]),
+                  "EFFICIENTDET_HEARTBEAT_DIR", "HABANA_LOGS", "HCCL_COMM_ID", "HOROVOD_CYCLE_TIME", "TF_CPP_MIN_LOG_LEVEL"]),
         sys.executable, ECHO, f"--model_dir={tmp_path}", "--hparams=a=1"]
     assert launch.env["HCL_CONFIG_PATH"] == hcl_path
     assert launch.env["UNRELATED"] == "not exported"  # in mpirun's env, not sent to ranks

@@ -76,6 +76,7 @@ def test_habana_variables_are_exported_to_the_ranks():
     launch = build(["--use_horovod", "2"], env, cores=4)
     exported = [launch.command[i + 1] for i, t in enumerate(launch.command) if t == "-x"]
     assert exported == ["PATH", "PYTHONUNBUFFERED", "HCL_CONFIG_PATH", "ENABLE_CONSOLE",
+                        "EFFICIENTDET_HEARTBEAT_DIR",
                         "GC_KERNEL_PATH", "HBN_TF_GRAPH_DUMP", "HCCL_SOCKET_IFNAME",
                         "LOG_LEVEL_ALL", "NCCL_DEBUG", "SYNAPSE_LOG", "TPC_RUNNER"]
 

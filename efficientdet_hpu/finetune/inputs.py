@@ -30,6 +30,7 @@ from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import coco_annotations
 from efficientdet_hpu.datatools import voc_to_coco
 from efficientdet_hpu.datatools import yolo_to_coco
+from efficientdet_hpu.finetune import stats
 
 VAL_FRACTION = 0.2  # Ultralytics' and most tutorials' 80/20.
 VAL_MAX = 500  # Photos: each evaluation during training predicts all of them.
@@ -63,8 +64,7 @@ class Dataset:
             _count(len(self.coco['annotations']), 'box', 'boxes'), left)
 
 
-def _count(number, singular, plural=None):
-    return '{:,} {}'.format(number, singular if number == 1 else plural or singular + 's')
+_count = stats.count
 
 
 def _is_coco_json(path):

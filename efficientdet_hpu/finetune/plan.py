@@ -29,8 +29,10 @@ EVALUATIONS, MIN_EVAL_INTERVAL = 10, 50
 WARMUP_SHARE = 0.05  # make trees: 100 warm-up steps of 2000.
 EMA_MIN, EMA_MAX = 0.99, 0.9998  # The horizon 1 / (1 - decay) ~ steps / 2, within these.
 # configs/trees-lite0.yaml's schedule: automl's fine-tune rate, scaled by main.py to the batch.
+# cosine_from_warmup_end: the rate ends at 0 on the last step (automl's cosine, counted from
+# step 0, reaches 0 a warm-up early and rises again: a run of a few hundred steps feels it).
 SCHEDULE_KEYS = dict(learning_rate=0.08, lr_warmup_init=0.008, lr_decay_method='cosine',
-                     jitter_min=0.8, jitter_max=1.2)
+                     cosine_from_warmup_end=True, jitter_min=0.8, jitter_max=1.2)
 
 
 class PlanError(UserError):
@@ -253,16 +255,17 @@ def _schedule_reasons(plan, steps_why, rate_source):
     reasons = [
         ('steps', '%d steps of %d images: %s' % (plan.steps, plan.global_batch, steps_why)),
         ('schedule', 'learning rate 0.08 per 64 images (%.4g at %d), warm-up from 0.008 per 64 '
-                     'over %d steps (at least one pass over the images), cosine to 0: make '
-                     'trees\' measured fine-tune' % (lr, plan.global_batch, plan.warmup_steps)),
+                     'over %d steps (at least one pass over the images), cosine from its end to 0: '
+                     'make trees\' measured fine-tune' % (lr, plan.global_batch, plan.warmup_steps)),
         ('EMA', 'moving_average_decay %g: a horizon of about %d steps, half the run (automl\'s '
                 '0.9998 would lag a short run)' % (plan.ema_decay,
                                                     round(1 / (1 - plan.ema_decay)))),
         ('augmentation', 'horizontal flips, scale jitter 0.8-1.2 (automl\'s 0.1-2.0 is for '
                          'training from scratch)'),
-        ('evaluation', '%d evaluations, one every %d steps, on the %d validation images; '
-                       'best/ keeps the best checkpoint by AP' % (
-                           plan.evaluations, plan.eval_interval, plan.val_images))]
+        ('evaluation', '%s, one every %d steps, on the %s; best/ keeps the best '
+                       'checkpoint by AP' % (
+                           stats_lib.count(plan.evaluations, 'evaluation'), plan.eval_interval,
+                           stats_lib.count(plan.val_images, 'validation image')))]
     if plan.freeze_steps:
         reasons.append(('freezing', 'backbone frozen for the first %d steps (the warm-up): the '
                                     'random heads\' first gradients do not reach the ImageNet '

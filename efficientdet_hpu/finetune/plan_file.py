@@ -68,7 +68,7 @@ def yaml_text(content, rerun) -> str:
     header = ('# Written by efficientdet-finetune: its plan as a main.py recipe (keys naming '
               'main.py flags set\n# those flags; the others are hparams). Rerun the same '
               'training with\n#   %s\n' % rerun)
-    return header + yaml.safe_dump(content, sort_keys=False, default_flow_style=None)
+    return header + yaml.safe_dump(content, sort_keys=False, default_flow_style=False)
 
 
 def lines(plan) -> list:

@@ -26,6 +26,7 @@ from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import report
 from efficientdet_hpu.finetune import runner as runner_lib
+from efficientdet_hpu.finetune import stats
 
 STAGES = 6
 GRACE_SECONDS = 900  # After the budget's stop signal: the checkpoint, or an evaluation's end.
@@ -64,9 +65,9 @@ def records_stage(runner, plan, record):
                 + tiles, max(600.0, 5.0 * images))
         with open(prefix + '-summary.json') as stream:
             summary = json.load(stream)
-        runner.say('  %s: %d %s, %d boxes (%s)' % (
-            split, summary['images_written'], 'tiles' if plan.tile_size else 'photos',
-            summary['boxes_written'], prefix + '-*.tfrecord'))
+        runner.say('  %s: %s, %s (%s)' % (
+            split, stats.count(summary['images_written'], 'tile' if plan.tile_size else 'photo'),
+            stats.count(summary['boxes_written'], 'box', 'boxes'), prefix + '-*.tfrecord'))
 
 
 def latest_step(model_dir):

@@ -52,6 +52,11 @@ def from_coco(train, val) -> DataStats:
     return DataStats(photos_of(train), photos_of(val), len(train['categories']))
 
 
+def count(number, singular, plural=None) -> str:
+    """'1 photo', '2,410 boxes'."""
+    return '{:,} {}'.format(number, singular if number == 1 else plural or singular + 's')
+
+
 def median(values: Sequence[float], default=0.0) -> float:
     return float(np.median(values)) if len(values) else default
 

@@ -56,7 +56,7 @@ class Dataset:
 
     def line(self) -> str:
         """'COCO: instances.json, 120 photos, 3 classes, 2,410 boxes'."""
-        left = (', %d images without annotations left out' % self.unlabelled
+        left = (', %s without annotations left out' % _count(self.unlabelled, 'image')
                 if self.unlabelled else '')
         return '%s: %s, %s, %s, %s%s' % (
             self.format, self.source, _count(len(self.coco['images']), 'photo'),

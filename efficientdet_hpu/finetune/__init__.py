@@ -10,6 +10,8 @@ the whole photos, export. docs/finetune.md.
   plan_file  the plan as main.py's recipe (plan.yaml) and as printed lines
   hardware   the machine: cores, available memory, accelerators
   weights    what --weights names: an ImageNet backbone or a whole detector
-  stages     the stages run as the project's commands, under deadlines, resumable
+  runner     the output_dir's layout; the project's commands as children under deadlines
+  prepare    stages 1-2: the data read, checked and split; the data doctor; the plan
+  stages     stages 3-6: records, training (stopped at the budget), evaluation, export
   report     the picture, the summary table and summary.json
 """

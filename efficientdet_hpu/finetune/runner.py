@@ -25,6 +25,7 @@ MODULES = {
     'analyze': 'efficientdet_hpu.cli.analyze',
 }
 TAIL_LINES = 40
+INTERRUPT_GRACE_SECONDS = 120  # Ctrl-C: main.py checkpoints the step it reached and exits.
 
 
 class StageFailed(RuntimeError):
@@ -112,7 +113,8 @@ class Runner:
                     self.say('    ' + line)
             try:
                 status, stopped = processes.run_streaming(
-                    command, timeout, on_line, env=child_env(self.verbose), stop_after=stop_after)
+                    command, timeout, on_line, env=child_env(self.verbose), stop_after=stop_after,
+                    interrupt_grace=INTERRUPT_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
                 raise StageFailed('%s did not end within its deadline of %.0f min and was '
                                   'stopped; its output: %s' % (name, timeout / 60.0,

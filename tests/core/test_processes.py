@@ -87,3 +87,23 @@ def test_streaming_hard_deadline_kills_the_session():
                                 lines.append, stop_after=1)
     assert time.monotonic() - start < 20
     assert _gone(int(lines[0]))
+
+
+def test_streaming_on_an_interrupt_lets_the_child_finish_its_stop():
+    """Ctrl-C reaches the fine-tune, not main.py in its own session: the child is sent the
+    stop signal and its last lines are read before the interrupt goes on."""
+    lines = []
+    code = ('import signal, sys, time\n'
+            'signal.signal(signal.SIGTERM, lambda *a: (print("checkpoint", flush=True), '
+            'sys.exit(143)))\n'
+            'print("training", flush=True)\n'
+            'time.sleep(60)\n')
+
+    def interrupt_on_training(line):
+        lines.append(line)
+        if line == 'training':
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        processes.run_streaming([sys.executable, '-c', code], 30, interrupt_on_training,
+                                interrupt_grace=20)
+    assert lines == ['training', 'checkpoint']

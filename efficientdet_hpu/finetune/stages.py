@@ -215,13 +215,13 @@ def finetune(options, stream=None):
 
 def _run(runner, options):
     layout = runner.layout
+    prepare.check_request(layout, options)
     if os.path.exists(layout.summary_json):
         with open(layout.summary_json) as stream:
             summary = json.load(stream)
         runner.say('done earlier (%s):' % layout.summary_json)
         runner.say('\n'.join(report.table(summary)))
         return summary
-    prepare.check_request(layout, options)
     deadline = time.time() + options.max_minutes * 60.0 if options.max_minutes else None
     _stage(runner, 1, 'data: %s' % options.data)
     record = prepare.data_stage(runner, options)

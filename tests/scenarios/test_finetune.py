@@ -16,16 +16,16 @@ SUMMARY_KEYS = ('AP', 'AP50', 'recall_iou40', 'minutes', 'export')
 COLOURS = ((200, 40, 40), (40, 40, 200))
 
 
-def _photo(path, index, size=(160, 120)):
-    """A photo with 3 squares of 31 px, two colours; returns their [x, y, w, h, class]."""
+def _photo(path, index, size=(160, 120), side=31):
+    """A photo with 3 squares of `side` px, two colours; returns their [x, y, w, h, class]."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     image = Image.new('RGB', size, (90, 120, 60))
     draw = ImageDraw.Draw(image)
     boxes = []
     for j in range(3):
-        x, y = 10 + 45 * j, 15 + (7 * index) % 60
-        draw.rectangle([x, y, x + 30, y + 30], fill=COLOURS[j % 2])
-        boxes.append((x, y, 31, 31, j % 2))
+        x, y = 10 + (side + 14) * j, 15 + (7 * index) % 60
+        draw.rectangle([x, y, x + side - 1, y + side - 1], fill=COLOURS[j % 2])
+        boxes.append((x, y, side, side, j % 2))
     image.save(path)
     return boxes
 
@@ -45,16 +45,17 @@ def make_coco(folder, count=5):
     return folder
 
 
-def make_voc(folder, count=5):
+def make_voc(folder, count=5, size=(160, 120), side=31):
     for i in range(count):
-        boxes = _photo(os.path.join(folder, 'v%d.png' % i), i)
+        boxes = _photo(os.path.join(folder, 'v%d.png' % i), i, size, side)
         objects = ''.join(
             '<object><name>%s</name><bndbox><xmin>%d</xmin><ymin>%d</ymin><xmax>%d</xmax>'
             '<ymax>%d</ymax></bndbox></object>' % (('red', 'blue')[label], x + 1, y + 1, x + w,
                                                    y + h) for x, y, w, h, label in boxes)
         with open(os.path.join(folder, 'v%d.xml' % i), 'w') as stream:
-            stream.write('<annotation><filename>v%d.png</filename><size><width>160</width>'
-                         '<height>120</height></size>%s</annotation>' % (i, objects))
+            stream.write('<annotation><filename>v%d.png</filename><size><width>%d</width>'
+                         '<height>%d</height></size>%s</annotation>' % (i, size[0], size[1],
+                                                                        objects))
     return folder
 
 
@@ -89,9 +90,16 @@ def coco_run(tmp_path_factory):
     return _run(tmp_path_factory, make_coco)
 
 
+def make_large_voc(folder):
+    """deepforest's case in small: 16 px objects on 480 x 360 photos, 4.3 px once a photo is
+    fitted to the tiny model's 128 px: the plan tiles them (128 px tiles, overlap 128 // 5 =
+    25; x starts 0, 103, 206, 309 and 352, y 0, 103, 206 and 232: 20 tiles a photo)."""
+    return make_voc(folder, size=(480, 360), side=16)
+
+
 @pytest.fixture(scope='module')
 def voc_run(tmp_path_factory):
-    return _run(tmp_path_factory, make_voc)
+    return _run(tmp_path_factory, make_large_voc)
 
 
 @pytest.fixture(scope='module')
@@ -133,8 +141,12 @@ def test_a_coco_folder_end_to_end(coco_run):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_voc_folder_end_to_end(voc_run):
-    _check_run(voc_run, 'Pascal VOC: 5 XML files, 5 photos, 2 classes, 15 boxes')
+def test_a_voc_folder_of_large_photos_end_to_end_in_tiles(voc_run):
+    summary = _check_run(voc_run, 'Pascal VOC: 5 XML files, 5 photos, 2 classes, 15 boxes')
+    assert summary['tile_size'] == 128
+    assert 'train: 80 tiles' in voc_run[0].stdout and 'val: 20 tiles' in voc_run[0].stdout
+    # The whole validation photo is scored, not its tiles.
+    assert (summary['photos'], summary['annotations']) == (1, 3)
 
 
 @pytest.mark.slow

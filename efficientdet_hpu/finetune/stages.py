@@ -30,6 +30,9 @@ from efficientdet_hpu.finetune import stats
 
 STAGES = 6
 GRACE_SECONDS = 900  # After the budget's stop signal: the checkpoint, or an evaluation's end.
+# Training runs at least this long under a budget: main.py's start-up takes 1-2 min (Lite0:
+# 106 s), and a stop before its first step would leave nothing to evaluate.
+MIN_TRAINING_SECONDS = 180
 
 
 def _stage(runner, number, name, remaining_seconds=None, deadline=None):
@@ -110,7 +113,8 @@ def training_stage(runner, plan, deadline):
         runner.say('  ended earlier: step %s, %s' % (record['step'], record['ended']))
         return record
     final = dict(plan.seconds)['whole photos + export']
-    stop_after = None if deadline is None else max(60.0, deadline - time.time() - final)
+    stop_after = (None if deadline is None
+                  else max(MIN_TRAINING_SECONDS, deadline - time.time() - final))
     planned = _remaining(plan, 'start-up') - final
     timeout = (stop_after if stop_after is not None else 3 * planned + 3600) + GRACE_SECONDS
     start = time.monotonic()

@@ -83,6 +83,8 @@ def _validation(options, dataset):
     if dataset.val_dir and not options.val_photos:
         names = [c['name'] for c in dataset.coco['categories']]
         val = inputs.yolo_to_coco.coco_dataset(dataset.val_dir, names)
+        if options.single_class:
+            val = inputs.merge_classes(val, options.single_class)
         return dataset.coco, val, dataset.val_dir, 'the val: images of the data.yaml'
     train, val, how = inputs.split(dataset.coco, options.val_photos)
     return train, val, dataset.image_dir, how
@@ -93,12 +95,8 @@ def _link_val_photos(val, image_dir, directory):
     reads a folder; photo_eval matches photos by file name); made aside, then renamed."""
     staging = tempfile.mkdtemp(prefix='.val_photos.tmp-', dir=os.path.dirname(directory))
     for image in val['images']:
-        link = os.path.join(staging, inputs.photo_name(image))
-        if os.path.lexists(link):
-            shutil.rmtree(staging)
-            raise UserError('two validation photos are called %s; photos are matched by file '
-                            'name, rename one' % inputs.photo_name(image))
-        os.symlink(os.path.abspath(os.path.join(image_dir, image['file_name'])), link)
+        os.symlink(os.path.abspath(os.path.join(image_dir, image['file_name'])),
+                   os.path.join(staging, inputs.photo_name(image)))
     shutil.rmtree(directory, ignore_errors=True)
     os.rename(staging, directory)
 
@@ -114,6 +112,11 @@ def data_stage(runner, options):
     dataset = inputs.read('data', options.data, options.single_class)
     runner.say('  ' + dataset.line())
     train, val, val_image_dir, how = _validation(options, dataset)
+    names = [inputs.photo_name(image) for image in val['images']]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError('two validation photos are called %s; the whole photos are matched by '
+                        'file name: rename one' % twice[0])
     record = {'line': dataset.line(), 'split': inputs.split_line(train, val, how),
               'train_image_dir': os.path.abspath(dataset.image_dir),
               'val_image_dir': os.path.abspath(val_image_dir)}

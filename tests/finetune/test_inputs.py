@@ -1,12 +1,10 @@
 """finetune/inputs.py and weights.py: which format a folder holds, the errors for what is not
 one, the split by photo, and what --weights names. Plain Python and PIL, no TensorFlow."""
-import json
 import os
 import subprocess
 import sys
 
 import pytest
-from PIL import Image
 
 from cli_runs import run_process
 from efficientdet_hpu.datatools.voc_to_coco import VocError
@@ -14,54 +12,7 @@ from efficientdet_hpu.datatools.yolo_to_coco import YoloError
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import weights
-
-VOC_XML = ('<annotation><filename>{name}</filename><size><width>64</width><height>48</height>'
-           '</size>{objects}</annotation>')
-VOC_OBJECT = ('<object><name>{label}</name><bndbox><xmin>5</xmin><ymin>5</ymin><xmax>20</xmax>'
-              '<ymax>20</ymax></bndbox></object>')
-
-
-def _photo(path, size=(64, 48)):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    Image.new('RGB', size, (80, 90, 100)).save(path)
-
-
-def make_coco(folder, count=3):
-    os.makedirs(folder, exist_ok=True)
-    images = [{'id': 10 + i, 'file_name': 'p%d.jpg' % i, 'width': 64, 'height': 48}
-              for i in range(count)]
-    for image in images:
-        _photo(os.path.join(folder, image['file_name']))
-    coco = {'images': images, 'categories': [{'id': 7, 'name': 'cat'}],
-            'annotations': [{'id': i + 1, 'image_id': 10 + i, 'category_id': 7,
-                             'bbox': [4, 4, 20, 10], 'area': 200, 'iscrowd': 0}
-                            for i in range(count)]}
-    with open(os.path.join(folder, 'instances.json'), 'w') as stream:
-        json.dump(coco, stream)
-    return folder
-
-
-def make_voc(folder, labels=('Tree', 'Dead')):
-    os.makedirs(folder, exist_ok=True)
-    for i, label in enumerate(labels):
-        _photo(os.path.join(folder, 'v%d.png' % i))
-        with open(os.path.join(folder, 'v%d.xml' % i), 'w') as stream:
-            stream.write(VOC_XML.format(name='v%d.png' % i,
-                                        objects=VOC_OBJECT.format(label=label)))
-    _photo(os.path.join(folder, 'unlabelled.png'))
-    return folder
-
-
-def make_yolo(folder, names_file='classes.txt', count=3):
-    for i in range(count):
-        _photo(os.path.join(folder, 'images', 'y%d.jpg' % i))
-        os.makedirs(os.path.join(folder, 'labels'), exist_ok=True)
-        with open(os.path.join(folder, 'labels', 'y%d.txt' % i), 'w') as stream:
-            stream.write('%d 0.5 0.5 0.25 0.25\n' % (i % 2))
-    with open(os.path.join(folder, names_file), 'w') as stream:
-        stream.write('ant\nbee\n')
-    return folder
-
+from finetune_cases import make_coco, make_voc, make_yolo, photo as _photo
 
 def test_each_format_is_found_and_stated_in_one_line(tmp_path):
     coco = inputs.read('data', make_coco(str(tmp_path / 'coco')))

@@ -11,21 +11,7 @@ from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune.stats import Photo
-
-ROOMY = plan_lib.Hardware(cores=2, memory_gb=20.0)
-
-
-def _grid(size, side, count):
-    """`count` boxes of side x side px along the diagonal of a size x size photo."""
-    step = (size - side) // max(1, count - 1)
-    return tuple((i * step, i * step, side, side) for i in range(count))
-
-
-# An orthophoto like deepforest's: one 2400 px training photo with 40 px crowns, a 1200 x
-# 1000 validation photo.
-ORTHO = stats.DataStats(train=(Photo(2400, 2400, _grid(2400, 40, 10)),),
-                        val=(Photo(1200, 1000, _grid(1000, 40, 5)),), num_classes=1)
-
+from finetune_cases import grid as _grid, ORTHO, ROOMY
 
 def test_small_objects_on_large_photos_are_tiled_at_the_input_size():
     # A 40 px box on a 2400 px photo fitted to 320 px: 40 * 320 / 2400 = 5.3 px < 16, and the

@@ -273,7 +273,7 @@ def test_modules_stay_small():
 def test_entry_points_import_together_without_flag_clashes():
     """Importing entry points defines no flags (each defines its own when it runs), so one
     process can import them all, e.g. a notebook or a test."""
-    code = ('import main, inference, bench, model_inspect, demo_efficientdet\n'
+    code = ('import main, inference, bench, model_inspect, demo_efficientdet, finetune\n'
             'from efficientdet_hpu.cli import plot_curves, analyze\n'
             'from efficientdet_hpu.benchmarks import profile_summary\n'
             'from efficientdet_hpu.datatools import create_coco_tfrecord, doctor\n'

@@ -85,3 +85,13 @@ def test_plan_json_reads_back_into_the_same_plan():
     again = prepare.plan_from_record(record)
     assert dataclasses.asdict(again) == dataclasses.asdict(plan)
     assert again.steps == plan.steps and again.weights == weights
+
+
+def test_hparams_are_overrides_not_a_recipe_file():
+    with pytest.raises(UserError, match='give a=1,b.c=2 overrides here'):
+        prepare._request(prepare.Options(data='d', output_dir='o', hparams='mine.yaml'),
+                         plan_lib.Weights())
+    request = prepare._request(prepare.Options(data='d', output_dir='o',
+                                               hparams='image_size=256,nms_configs.sigma=0.3'),
+                               plan_lib.Weights())
+    assert request.hparam('image_size') == 256 and request.hparam('nms_configs.sigma') == 0.3

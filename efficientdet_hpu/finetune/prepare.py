@@ -57,6 +57,14 @@ class Options:
         return record
 
 
+def check_flags(layout, options):
+    """Raises UserError, before anything is read or written, for --hparams that main.py would
+    refuse (an unknown key, a value of the wrong type) and for an output_dir that holds a
+    fine-tune of other flags."""
+    _request(options, plan_lib.Weights())
+    check_request(layout, options)
+
+
 def check_request(layout, options):
     """Raises UserError when output_dir holds a fine-tune of another request."""
     if not os.path.exists(layout.request_json):
@@ -141,6 +149,8 @@ def _request(options, weights):
                         'file, edit the written plan.yaml and run main.py with it'
                         % options.hparams)
     overrides = hparams_config.parse_override_string(options.hparams or '')
+    hparams_config.Config(hparams_config.get_efficientdet_config(
+        options.model_name or plan_lib.DEFAULT_MODEL).as_dict()).override(overrides)
     return plan_lib.Request(options.model_name, weights, options.max_minutes,
                             options.images_per_second, options.steps, tuple(overrides.items()))
 

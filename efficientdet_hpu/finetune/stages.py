@@ -219,7 +219,7 @@ def finetune(options, stream=None):
 
 def _run(runner, options):
     layout = runner.layout
-    prepare.check_request(layout, options)
+    prepare.check_flags(layout, options)
     if os.path.exists(layout.summary_json):
         with open(layout.summary_json) as stream:
             summary = json.load(stream)

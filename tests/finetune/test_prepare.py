@@ -95,3 +95,6 @@ def test_hparams_are_overrides_not_a_recipe_file():
                                                hparams='image_size=256,nms_configs.sigma=0.3'),
                                plan_lib.Weights())
     assert request.hparam('image_size') == 256 and request.hparam('nms_configs.sigma') == 0.3
+    with pytest.raises(UserError, match='image_sise'):
+        prepare.check_flags(runner_lib.Layout('/nonexistent'), prepare.Options(
+            data='d', output_dir='o', hparams='image_sise=256'))

@@ -39,8 +39,8 @@ class Measured:
 
 
 # Lite0: make trees (docs/trees.md), 2000 steps of 8 tiles in 44 min with 20 evaluations of
-# 20 tiles: 2640 s = 90 s start-up + 20 x (30 s + 20 tiles / 3x the rate) + 16,000 / rate,
-# so about 8 images/s (main.py --benchmark at batch 8 gave 4.3 images/s on this VM while a
+# 20 tiles: 2640 s = 100 s start-up + 20 x (30 s + 20 tiles / 3x the rate) + 16,000 / rate,
+# so 8.3 images/s, taken as 8 (the start-up and the evaluations' 30 s are estimates too) (main.py --benchmark at batch 8 gave 4.3 images/s on this VM while a
 # test suite loaded both cores, 2026-11-26). Memory: that benchmark's peak, 2.33 GB at batch 8
 # (fake data, one class), over an assumed 1.0 GB base (D0's measured one is 1.3 GB), rounded
 # up: 0.2 GB an image.

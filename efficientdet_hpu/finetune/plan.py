@@ -9,7 +9,7 @@ Starting point: configs/trees-lite0.yaml, the measured hand-tuned fine-tune of `
 """
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import costs

@@ -22,7 +22,6 @@ from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
-from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune import weights as weights_lib
 

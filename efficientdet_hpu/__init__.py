@@ -19,9 +19,10 @@ before it (tests/project/test_layout.py checks it, and that no modules import in
   serving     frozen detection graph, SavedModel/TFLite/ONNX export, prediction
   datatools   the converter, the record verifier, the data doctor, the synthetic data set
   benchmarks  training, inference and input benchmarks, profiles
+  finetune    one-command fine-tuning: input detection and split, the plan, the stages run
   launch      the launcher's library: hosts, MPI environment, placement, HCL config
   cli         the entry points (main, demo_efficientdet, inference, bench, model_inspect,
-              plot_curves, analyze)
+              plot_curves, analyze, finetune)
 
 Installed (`pip install .`), this package is the only top-level name; the checkout's root also
 keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,
@@ -29,4 +30,4 @@ dataset/, ...) as thin modules over it (core/compat.py).
 """
 LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'evaluation', 'backbone',
           'network', 'checkpoints', 'training', 'engine', 'serving', 'datatools', 'benchmarks',
-          'launch', 'cli')
+          'finetune', 'launch', 'cli')

@@ -7,8 +7,10 @@ process of that session is killed: the session, not only the process group, sinc
 starts mpirun in a process group of its own and Open MPI puts each rank in one of its own.
 """
 import os
+import select
 import signal
 import subprocess
+import time
 
 REAP_SECONDS = 30  # After SIGKILL: the pipes close and the child is reaped.
 
@@ -78,3 +80,69 @@ def _reap(process):
         process.kill()
         process.wait(REAP_SECONDS)
         return None, None
+
+
+def _pump(process, on_line, deadline, stop_at=None, stop_signal=signal.SIGTERM):
+    """Reads the child's output into on_line until every writer has closed the pipe; sends
+    stop_signal once at stop_at (time.monotonic()); raises subprocess.TimeoutExpired at
+    deadline. Returns True when it sent the signal."""
+    descriptor, pending, stopped = process.stdout.fileno(), b'', False
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            raise subprocess.TimeoutExpired(process.args, deadline)
+        if stop_at is not None and not stopped and now >= stop_at:
+            process.send_signal(stop_signal)
+            stopped = True
+        if not select.select([descriptor], [], [], 0.5)[0]:
+            continue
+        chunk = os.read(descriptor, 1 << 16)
+        if not chunk:  # Every writer closed the pipe: the child has ended (or is ending).
+            break
+        *lines, pending = (pending + chunk).replace(b'\r', b'\n').split(b'\n')
+        for line in lines:
+            on_line(line.decode('utf-8', errors='replace'))
+    if pending:
+        on_line(pending.decode('utf-8', errors='replace'))
+    return stopped
+
+
+def run_streaming(command, timeout, on_line, cwd=None, env=None, stop_after=None,
+                  stop_signal=signal.SIGTERM, interrupt_grace=None):
+    """Runs `command` (a list) in a session of its own, handing each line it writes (stdout
+    and stderr merged, without the newline) to `on_line` as it comes; returns
+    (exit status, True when it was asked to stop).
+
+    stop_after: seconds after which the child is sent `stop_signal` once (a soft deadline: a
+    training run then checkpoints and exits); `timeout` is the hard deadline, past which the
+    whole session is killed and subprocess.TimeoutExpired raised. interrupt_grace: on Ctrl-C
+    (KeyboardInterrupt) the child, which does not get the terminal's signal in its own
+    session, is sent stop_signal and given this many seconds to end before the interrupt goes
+    on (a second Ctrl-C cuts it short); None kills it at once. No thread: the pipe is read
+    with select, so nothing outlives the call.
+    """
+    process = subprocess.Popen(list(command), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    start = time.monotonic()
+    try:
+        try:
+            stopped = _pump(process, on_line, start + timeout,
+                            None if stop_after is None else start + stop_after, stop_signal)
+        except KeyboardInterrupt:
+            if interrupt_grace is None or process.poll() is not None:
+                raise
+            process.send_signal(stop_signal)
+            try:
+                _pump(process, on_line, time.monotonic() + interrupt_grace)
+            except subprocess.TimeoutExpired:
+                pass
+            raise
+        return process.wait(max(1.0, timeout - (time.monotonic() - start))), stopped
+    finally:
+        kill_session(process.pid)
+        process.stdout.close()
+        try:
+            process.wait(REAP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass

@@ -212,6 +212,14 @@ def convert(image_dir: str, names: Sequence[str], output_file: str,
             label_dir: Optional[str] = None) -> Dict:
     """Reads and checks every image and label file, then writes the COCO JSON atomically;
     returns it."""
+    coco = coco_dataset(image_dir, names, label_dir)
+    atomic_file.write_json_atomically(output_file, coco)
+    return coco
+
+
+def coco_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] = None) -> Dict:
+    """The COCO instances dict of a YOLO image directory (every image and label file read and
+    checked; nothing written)."""
     paths = image_files(image_dir)
     labels = [label_path(path, image_dir, label_dir) for path in paths]
     _check_shared_labels(paths, labels)
@@ -222,9 +230,7 @@ def convert(image_dir: str, names: Sequence[str], output_file: str,
         entries.append((file_name, width, height,
                         read_labels(labels_file, len(names), width, height)))
     categories = [{'id': index + 1, 'name': name} for index, name in enumerate(names)]
-    coco = voc_to_coco.coco_instances(entries, categories)
-    atomic_file.write_json_atomically(output_file, coco)
-    return coco
+    return voc_to_coco.coco_instances(entries, categories)
 
 
 def define_flags():

@@ -56,3 +56,54 @@ def test_a_grandchild_in_a_process_group_of_its_own_is_ended_too():
         processes.run([sys.executable, '-c', code], timeout=3)
     assert time.monotonic() - start < 20
     assert _gone(int(raised.value.output.split()[0]))
+
+
+def test_streaming_hands_over_each_line_as_it_comes_and_the_status():
+    lines = []
+    status, stopped = processes.run_streaming(
+        ['sh', '-c', 'echo one; echo two >&2; printf three; exit 4'], 30, lines.append)
+    assert (status, stopped, lines) == (4, False, ['one', 'two', 'three'])
+
+
+def test_streaming_soft_deadline_signals_once_and_the_child_finishes_its_work():
+    """As a training run at the time budget: SIGTERM, then it writes its last line and exits."""
+    lines = []
+    code = ('import signal, sys, time\n'
+            'signal.signal(signal.SIGTERM, lambda *a: (print("saved", flush=True), sys.exit(143)))\n'
+            'print("training", flush=True)\n'
+            'time.sleep(60)\n')
+    start = time.monotonic()
+    status, stopped = processes.run_streaming([sys.executable, '-c', code], 30, lines.append,
+                                              stop_after=1.5)
+    assert (status, stopped, lines) == (143, True, ['training', 'saved'])
+    assert time.monotonic() - start < 20
+
+
+def test_streaming_hard_deadline_kills_the_session():
+    lines = []
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        processes.run_streaming(['sh', '-c', 'echo $$; trap "" TERM; sleep 120'], 2,
+                                lines.append, stop_after=1)
+    assert time.monotonic() - start < 20
+    assert _gone(int(lines[0]))
+
+
+def test_streaming_on_an_interrupt_lets_the_child_finish_its_stop():
+    """Ctrl-C reaches the fine-tune, not main.py in its own session: the child is sent the
+    stop signal and its last lines are read before the interrupt goes on."""
+    lines = []
+    code = ('import signal, sys, time\n'
+            'signal.signal(signal.SIGTERM, lambda *a: (print("checkpoint", flush=True), '
+            'sys.exit(143)))\n'
+            'print("training", flush=True)\n'
+            'time.sleep(60)\n')
+
+    def interrupt_on_training(line):
+        lines.append(line)
+        if line == 'training':
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        processes.run_streaming([sys.executable, '-c', code], 30, interrupt_on_training,
+                                interrupt_grace=20)
+    assert lines == ['training', 'checkpoint']

@@ -1,0 +1,96 @@
+r"""Fine-tune EfficientDet on a folder of your photos in one command (issue 33):
+
+    python finetune.py --data=photos/ --output_dir=runs/mine [--val_data=DIR]
+        [--weights=efficientnet-lite0-57934424.pth] [--max_minutes=30] [--dry_run]
+
+--data holds COCO JSON + images, Pascal VOC XML + images, or YOLO images/ + labels/ with
+classes.txt / obj.names / data.yaml (finetune/inputs.py). The command prints a plan sized to
+the data, the machine and the time budget (finetune/plan.py), writes it as main.py's recipe
+(output_dir/plan.yaml), then converts, trains, evaluates the whole validation photos, analyses
+the errors and exports, each as the project's own command under a deadline
+(finetune/stages.py), and ends with a summary table (output_dir/summary.json). Rerunning the
+same command resumes. docs/finetune.md.
+"""
+import sys
+
+from absl import app, flags
+
+from efficientdet_hpu.core import errors
+from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import runner
+from efficientdet_hpu.finetune import stages
+
+FLAGS = flags.FLAGS
+PROGRAM = 'finetune'
+
+
+def define_flags():
+    flags.DEFINE_string('data', None, 'Folder of photos and annotations: COCO JSON, Pascal VOC '
+                        'XML or YOLO (images/ + labels/ + classes.txt or data.yaml), or a COCO '
+                        '.json file.')
+    flags.DEFINE_string('output_dir', None, 'Everything the run writes: data/, plan.yaml, '
+                        'model/, evaluation/, export/, summary.json.')
+    flags.DEFINE_string('val_data', None, 'Validation photos in a folder of their own (default: '
+                        'a split of --data by photo).')
+    flags.DEFINE_list('val_photos', [], 'Photos of --data to hold out for validation, by file '
+                      'name with or without extension (default: 20%, chosen by file name).')
+    flags.DEFINE_string('single_class', None, 'Merge every class into this one.')
+    flags.DEFINE_string('weights', None, 'Starting weights: an EfficientNet-Lite ImageNet .pth, '
+                        'an EfficientNet checkpoint, or a detector model_dir or checkpoint '
+                        '(google/automl\'s or this project\'s). Default: random weights.')
+    flags.DEFINE_string('model_name', None, 'Variant (default: planned; efficientdet-lite0 on a '
+                        'CPU).')
+    flags.DEFINE_float('max_minutes', 0, 'Time budget of the whole command: the steps are '
+                       'planned to fit, and training stops at it anyway (0: none).',
+                       lower_bound=0)
+    flags.DEFINE_float('images_per_second', 0, 'Training images/s you measured on this machine '
+                       'for the plan\'s estimate (default: the project\'s measured figures).',
+                       lower_bound=0)
+    flags.DEFINE_integer('steps', 0, 'Training steps (default: planned from the data and the '
+                         'budget).', lower_bound=0)
+    flags.DEFINE_string('hparams', '', 'a=1,b.c=2 overrides on top of the plan (main.py\'s '
+                        'hparams keys).')
+    flags.DEFINE_bool('dry_run', False, 'Print the plan and stop; nothing is written.')
+    flags.DEFINE_bool('verbose', False, 'Every command\'s output, TensorFlow\'s log lines, and '
+                      'tracebacks with errors.')
+    flags.mark_flags_as_required(['data', 'output_dir'])
+
+
+def options_from_flags():
+    return prepare.Options(
+        data=FLAGS.data, output_dir=FLAGS.output_dir, val_data=FLAGS.val_data or '',
+        val_photos=tuple(FLAGS.val_photos), single_class=FLAGS.single_class or '',
+        weights=FLAGS.weights or '', model_name=FLAGS.model_name or '',
+        max_minutes=FLAGS.max_minutes, images_per_second=FLAGS.images_per_second,
+        steps=FLAGS.steps, hparams=FLAGS.hparams, dry_run=FLAGS.dry_run, verbose=FLAGS.verbose)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
+    try:
+        stages.finetune(options_from_flags())
+    except errors.UserError as error:
+        return errors.fail(PROGRAM, error, FLAGS.verbose)
+    except runner.StageFailed as error:
+        print('%s: %s' % (PROGRAM, error), file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print('%s: interrupted; rerun the same command to continue' % PROGRAM, file=sys.stderr)
+        return 130
+    except OSError as error:
+        message = errors.disk_full_message(error, FLAGS.output_dir)
+        if message is None:
+            raise
+        return errors.fail(PROGRAM, message, FLAGS.verbose)
+    return 0
+
+
+def entry_point():
+    """Parses the command line and runs the command (the module's `main`)."""
+    define_flags()
+    app.run(main)
+
+
+if __name__ == '__main__':
+    entry_point()

@@ -1,0 +1,83 @@
+"""A plan as main.py's recipe (output_dir/plan.yaml) and as the lines printed before training.
+
+The recipe's keys that name main.py flags set those flags (config/recipe.py RUN_OPTION_KEYS);
+the rest are hparams. `python main.py --hparams=OUT/plan.yaml --model_dir=OUT/model` trains
+the same steps as the fine-tune: the steps are whole evaluations (num_epochs) of
+num_examples_per_epoch images, so main.py's int(epochs x images / global batch) is exact.
+"""
+import math
+
+import yaml
+
+from efficientdet_hpu.finetune import plan as plan_lib
+
+BACKBONE_SCOPE = 'efficientnet'  # var_freeze_expr: re.match on efficientnet-lite0/... names.
+
+
+def warmup_epochs(warmup_steps, interval) -> float:
+    """lr_warmup_epoch (in evaluation intervals) whose int(x * interval) is warmup_steps."""
+    value = round(warmup_steps / float(interval), 6)
+    while int(value * interval) < warmup_steps:
+        value = round(value + 1e-6, 6)
+    return value
+
+
+def _nested(dotted):
+    """{'nms_configs.iou_thresh': 0.6} -> {'nms_configs': {'iou_thresh': 0.6}}."""
+    result = {}
+    for key, value in dotted:
+        node, parts = result, key.split('.')
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return result
+
+
+def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> dict:
+    """The plan as a main.py recipe (run options first, then hparams; `hparams` the
+    --hparams overrides, last, so they win)."""
+    content = {
+        'mode': 'train_and_eval', 'model_name': plan.model_name,
+        'train_batch_size': plan.per_rank_batch, 'eval_batch_size': plan.per_rank_batch,
+        'num_examples_per_epoch': plan.eval_interval * plan.global_batch,
+        'num_epochs': plan.evaluations,
+        'log_every_n_steps': max(1, min(50, plan.eval_interval // 2)),
+        'cp_every_n_steps': plan.eval_interval, 'keep_checkpoint_max': 3,
+        'early_stop_patience': plan.early_stop_patience,
+        'training_file_pattern': training_pattern, 'validation_file_pattern': validation_pattern,
+        'val_json_file': val_json,
+    }
+    if plan.weights.kind == 'backbone':
+        content['backbone_ckpt'] = plan.weights.path
+    elif plan.weights.kind == 'detector':
+        content['ckpt'] = plan.weights.path
+    content.update(image_size=plan.image_size, gradient_accumulation_steps=plan.accumulation)
+    content.update(plan_lib.SCHEDULE_KEYS)
+    content.update(lr_warmup_epoch=warmup_epochs(plan.warmup_steps, plan.eval_interval),
+                   moving_average_decay=plan.ema_decay,
+                   max_instances_per_image=plan.max_instances)
+    if plan.freeze_steps:
+        content.update(var_freeze_expr=BACKBONE_SCOPE, var_freeze_steps=plan.freeze_steps)
+    content.update(dict(plan.anchors))
+    content.update(_nested(hparams))
+    return content
+
+
+def yaml_text(content, rerun) -> str:
+    """plan.yaml: a header naming the command that reruns it, then the recipe."""
+    header = ('# Written by efficientdet-finetune: its plan as a main.py recipe (keys naming '
+              'main.py flags set\n# those flags; the others are hparams). Rerun the same '
+              'training with\n#   %s\n' % rerun)
+    return header + yaml.safe_dump(content, sort_keys=False, default_flow_style=False)
+
+
+def lines(plan) -> list:
+    """The plan as printed: one line per decision with its reason."""
+    width = max(len(topic) for topic, _ in plan.reasons)
+    return ['  %-*s  %s' % (width, topic, text) for topic, text in plan.reasons]
+
+
+def minutes(seconds) -> str:
+    """'27 min', '1 h 05 min'."""
+    total = int(math.ceil(seconds / 60.0))
+    return '%d min' % total if total < 60 else '%d h %02d min' % divmod(total, 60)

@@ -1,0 +1,247 @@
+"""The fine-tune from start to summary, each stage resumable from what --output_dir holds:
+
+  [1/6] data        (finetune/prepare.py) read, check and split the photos
+  [2/6] plan        (finetune/prepare.py) the data doctor, then plan.yaml
+  [3/6] records     the converter: data/records/train-*, val-* (tiled when the plan tiles)
+  [4/6] training    main.py --hparams=plan.yaml --model_dir=model, stopped at the time budget
+                    (SIGTERM: main.py checkpoints and exits); training.json marks it done
+  [5/6] evaluation  the whole validation photos predicted with the best checkpoint (tiled
+                    when the plan tiles) and scored (inference.py predict --annotations_file),
+                    the error analysis (cli/analyze), detections.png
+  [6/6] export      SavedModel, then TFLite fp32 (a failure of TFLite is said, not fatal)
+then summary.json and the table. A rerun after summary.json prints the summary again; after
+training.json it evaluates and exports again; before it main.py resumes from model/.
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import tempfile
+import time
+
+from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import report
+from efficientdet_hpu.finetune import runner as runner_lib
+from efficientdet_hpu.finetune import stats
+
+STAGES = 6
+GRACE_SECONDS = 900  # After the budget's stop signal: the checkpoint, or an evaluation's end.
+# Training runs at least this long under a budget: main.py's start-up takes 1-2 min (Lite0:
+# 106 s), and a stop before its first step would leave nothing to evaluate.
+MIN_TRAINING_SECONDS = 180
+
+
+def _stage(runner, number, name, remaining_seconds=None, deadline=None):
+    eta = ''
+    if remaining_seconds is not None:
+        eta = '; the run ends in about %s (%s)' % (
+            plan_file.minutes(remaining_seconds),
+            time.strftime('%H:%M', time.localtime(time.time() + remaining_seconds)))
+    if deadline is not None:
+        eta += ', the budget at %s' % time.strftime('%H:%M', time.localtime(deadline))
+    runner.say('[%d/%d] %s%s' % (number, STAGES, name, eta))
+
+
+def _remaining(plan, after):
+    """Planned seconds of the parts from `after` on (names of plan.seconds)."""
+    names = [name for name, _ in plan.seconds]
+    return sum(seconds for name, seconds in plan.seconds[names.index(after):])
+
+
+def records_stage(runner, plan, record):
+    """[3/6]: converts both splits unless their label map and summary are there."""
+    layout = runner.layout
+    tiles = ['--tile_size=%d' % plan.tile_size, '--tile_overlap=%d' % plan.tile_overlap
+             ] if plan.tile_size else []
+    for split, json_path, image_dir, images in (
+            ('train', layout.train_json, record['train_image_dir'], plan.train_images),
+            ('val', layout.val_json, record['val_image_dir'], plan.val_images)):
+        prefix = os.path.join(layout.records, split)
+        if not os.path.exists(prefix + '-summary.json'):
+            runner.command('convert-' + split, 'convert', [
+                '--image_dir=' + image_dir, '--object_annotations_file=' + json_path,
+                '--output_file_prefix=' + prefix, '--num_shards=%d' % (2 if images < 1000 else 8)]
+                + tiles, max(600.0, 5.0 * images))
+        with open(prefix + '-summary.json') as stream:
+            summary = json.load(stream)
+        runner.say('  %s: %s, %s (%s)' % (
+            split, stats.count(summary['images_written'], 'tile' if plan.tile_size else 'photo'),
+            stats.count(summary['boxes_written'], 'box', 'boxes'), prefix + '-*.tfrecord'))
+
+
+def latest_step(model_dir):
+    """The step of model_dir's newest checkpoint (its `checkpoint` index), or None."""
+    try:
+        with open(os.path.join(model_dir, 'checkpoint')) as stream:
+            found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"', stream.read())
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def _training_log(model_dir):
+    try:
+        with open(os.path.join(model_dir, 'train_log.jsonl')) as stream:
+            return [json.loads(line) for line in stream if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def training_record(model_dir, stopped, minutes):
+    """training.json: how training ended, its step, its measured images/s, the best."""
+    log = _training_log(model_dir)
+    rates = [r['images_per_sec'] for r in log if r.get('event') == 'train'
+             and r.get('images_per_sec')]
+    early = any(r.get('event') == 'early_stop' for r in log)
+    return {'ended': 'stopped at the time budget' if stopped else
+            'early stop' if early else 'completed',
+            'step': latest_step(model_dir), 'minutes': round(minutes, 1),
+            'images_per_second': round(statistics.median(rates[1:] or rates), 2) if rates
+            else None}
+
+
+def training_stage(runner, plan, deadline):
+    """[4/6]: main.py with plan.yaml, its log shown; training.json when it ends."""
+    layout = runner.layout
+    if os.path.exists(layout.training_json):
+        with open(layout.training_json) as stream:
+            record = json.load(stream)
+        runner.say('  ended earlier: step %s, %s' % (record['step'], record['ended']))
+        return record
+    final = dict(plan.seconds)['whole photos + export']
+    stop_after = (None if deadline is None
+                  else max(MIN_TRAINING_SECONDS, deadline - time.time() - final))
+    planned = _remaining(plan, 'start-up') - final
+    timeout = (stop_after if stop_after is not None else 3 * planned + 3600) + GRACE_SECONDS
+    start = time.monotonic()
+    _, stopped = runner.command(
+        'train', 'train', ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir]
+        + (['--verbose'] if runner.verbose else []), timeout, echo=True, stop_after=stop_after)
+    record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0)
+    if record['step'] is None:
+        raise UserError('training wrote no checkpoint before the time budget ended; give a '
+                        'larger --max_minutes (the plan needs about %s)' % plan_file.minutes(
+                            plan.total_seconds))
+    atomic_file.write_json_atomically(layout.training_json, record)
+    runner.say('  training %s at step %s' % (record['ended'], record['step']))
+    return record
+
+
+def best_checkpoint(model_dir):
+    """(checkpoint argument for inference.py, its step): model_dir/best when an evaluation
+    kept one, else the newest checkpoint."""
+    best = os.path.join(model_dir, 'best')
+    if os.path.exists(os.path.join(best, 'best_eval.json')):
+        with open(os.path.join(best, 'best_eval.json')) as stream:
+            return best, json.load(stream)['step']
+    return None, latest_step(model_dir)
+
+
+def _tile_flags(plan):
+    return (['--tile_size=%d' % plan.tile_size, '--tile_overlap=%d' % plan.tile_overlap]
+            if plan.tile_size else [])
+
+
+def evaluation_stage(runner, plan, record, checkpoint):
+    """[5/6]: whole-photo metrics, the error analysis and the picture; returns the metrics."""
+    layout = runner.layout
+    chosen = ['--checkpoint=' + checkpoint] if checkpoint else []
+    runner.command('predict', 'inference', [
+        'predict', '--model_dir=' + layout.model_dir, '--input=' + layout.val_photos,
+        '--output_dir=' + layout.evaluation, '--annotations_file=' + layout.val_json]
+        + chosen + _tile_flags(plan), max(900.0, 30.0 * plan.val_images))
+    with open(os.path.join(layout.evaluation, 'metrics.json')) as stream:
+        metrics = json.load(stream)
+    detections_json = os.path.join(layout.evaluation, 'detections.json')
+    runner.command('analyze', 'analyze', [
+        '--detections_json=' + detections_json, '--val_json_file=' + layout.val_json,
+        '--image_dir=' + record['val_image_dir'], '--max_dets=0', '--worst=1',
+        '--output_dir=' + layout.analysis], 1800)
+    with open(layout.val_json) as stream, open(detections_json) as found:
+        threshold = report.best_f1_threshold(os.path.join(layout.analysis, 'analysis.json'))
+        report.draw_picture(json.load(stream), record['val_image_dir'], json.load(found),
+                            report.DEFAULT_THRESHOLD if threshold is None else threshold,
+                            layout.picture)
+    with open(os.path.join(layout.analysis, 'analysis.txt')) as stream:
+        runner.say('\n'.join('  ' + line for line in stream.read().splitlines()[:3]))
+    return metrics
+
+
+def export_stage(runner, checkpoint):
+    """[6/6]: {'saved_model': dir, 'tflite': file or None, 'tflite_error': why or None}."""
+    layout = runner.layout
+    chosen = ['--checkpoint=' + checkpoint] if checkpoint else []
+    common = ['export', '--model_dir=' + layout.model_dir, '--export_dir=' + layout.export]
+    runner.command('export', 'inference', common + ['--formats=saved_model'] + chosen, 1800)
+    exported = {'saved_model': layout.export, 'tflite': None, 'tflite_error': None}
+    try:
+        runner.command('export-tflite', 'inference', common + ['--formats=tflite_fp32'] + chosen,
+                       1800)
+        exported['tflite'] = os.path.join(layout.export, 'model_fp32.tflite')
+    except (runner_lib.StageFailed, UserError) as error:
+        exported['tflite_error'] = str(error)
+    runner.say('  SavedModel %s; TFLite %s' % (layout.export, exported['tflite'] or
+                                              'not written (%s)' % exported['tflite_error']))
+    return exported
+
+
+def _finish(runner, plan, record, training, deadline):
+    layout = runner.layout
+    checkpoint, step = best_checkpoint(layout.model_dir)
+    training = dict(training, best_step=step, checkpoint=checkpoint or layout.model_dir)
+    _stage(runner, 5, 'evaluation: the whole validation photos%s, the error analysis' % (
+        ', tiled' if plan.tile_size else ''), _remaining(plan, 'whole photos + export'), deadline)
+    metrics = evaluation_stage(runner, plan, record, checkpoint)
+    _stage(runner, 6, 'export: SavedModel and TFLite', deadline=deadline)
+    exported = export_stage(runner, checkpoint)
+    summary = report.summary(metrics, training, plan, layout, exported, runner.elapsed() / 60.0)
+    report.write_summary(layout.summary_json, summary)
+    return summary
+
+
+def finetune(options, stream=None):
+    """Runs the fine-tune (or with dry_run only its first two stages, in a temporary folder);
+    returns the summary dict (None for a dry run). Raises UserError, StageFailed."""
+    root = (tempfile.mkdtemp(prefix='finetune-dry-run-') if options.dry_run
+            else os.path.abspath(options.output_dir))
+    runner = runner_lib.Runner(runner_lib.Layout(root), options.verbose,
+                               **({'stream': stream} if stream else {}))
+    try:
+        return _run(runner, options)
+    finally:
+        if options.dry_run:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(runner, options):
+    layout = runner.layout
+    prepare.check_flags(layout, options)
+    if os.path.exists(layout.summary_json):
+        with open(layout.summary_json) as stream:
+            summary = json.load(stream)
+        runner.say('done earlier (%s):' % layout.summary_json)
+        runner.say('\n'.join(report.table(summary)))
+        return summary
+    deadline = time.time() + options.max_minutes * 60.0 if options.max_minutes else None
+    _stage(runner, 1, 'data: %s' % options.data)
+    record = prepare.data_stage(runner, options)
+    _stage(runner, 2, 'plan: the data doctor, then the plan')
+    plan = prepare.plan_stage(runner, options)
+    if options.dry_run:
+        runner.say('dry run: nothing written; the plan above is what the run would do')
+        return None
+    runner.say('  wrote %s (rerun the training: %s)' % (layout.plan_yaml,
+                                                         prepare.rerun_command(layout)))
+    _stage(runner, 3, 'records: the converter', _remaining(plan, 'data'), deadline)
+    records_stage(runner, plan, record)
+    _stage(runner, 4, 'training: %d steps of %d images' % (plan.steps, plan.global_batch),
+           _remaining(plan, 'start-up'), deadline)
+    training = training_stage(runner, plan, deadline)
+    summary = _finish(runner, plan, record, training, deadline)
+    runner.say('fine-tune done in %.1f min (%s):' % (summary['minutes'], layout.summary_json))
+    runner.say('\n'.join(report.table(summary)))
+    return summary

@@ -1,0 +1,144 @@
+"""finetune/inputs.py and weights.py: which format a folder holds, the errors for what is not
+one, the split by photo, and what --weights names. Plain Python and PIL, no TensorFlow."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli_runs import run_process
+from efficientdet_hpu.datatools.voc_to_coco import VocError
+from efficientdet_hpu.datatools.yolo_to_coco import YoloError
+from efficientdet_hpu.finetune import inputs
+from efficientdet_hpu.finetune import plan as plan_lib
+from efficientdet_hpu.finetune import weights
+from finetune_cases import make_coco, make_voc, make_yolo, photo as _photo
+
+def test_each_format_is_found_and_stated_in_one_line(tmp_path):
+    coco = inputs.read('data', make_coco(str(tmp_path / 'coco')))
+    assert coco.line() == 'COCO: instances.json, 3 photos, 1 class, 3 boxes'
+    voc = inputs.read('data', make_voc(str(tmp_path / 'voc')), single_class='tree')
+    assert voc.line() == ('Pascal VOC: 2 XML files, 2 photos, 1 class, 2 boxes, 1 image without '
+                          'annotations left out')
+    yolo = inputs.read('data', make_yolo(str(tmp_path / 'yolo')))
+    assert yolo.line() == 'YOLO: classes.txt, 3 photos, 2 classes, 3 boxes'
+    assert yolo.image_dir == str(tmp_path / 'yolo' / 'images')
+    # A COCO .json named directly; VOC's labels merged only with single_class.
+    assert inputs.read('data', str(tmp_path / 'coco' / 'instances.json')).format == 'COCO'
+    assert [c['name'] for c in inputs.read('data', str(tmp_path / 'voc')).coco['categories']] == [
+        'Dead', 'Tree']
+
+
+def test_a_data_yaml_with_its_own_val_directory(tmp_path):
+    root = tmp_path / 'ultra'
+    make_yolo(str(root / 'train'), count=2)
+    make_yolo(str(root / 'valid'), count=1)
+    (root / 'data.yaml').write_text('names: [ant, bee]\ntrain: train/images\nval: valid/images\n')
+    dataset = inputs.read('data', str(root))
+    assert dataset.source == 'data.yaml' and len(dataset.coco['images']) == 2
+    assert dataset.val_dir == str(root / 'valid' / 'images')
+
+
+def test_an_unrecognised_or_ambiguous_folder_says_what_is_there_and_what_is_expected(tmp_path):
+    photos = tmp_path / 'photos'
+    _photo(str(photos / 'a.jpg'))
+    (photos / 'notes.txt').write_text('x')
+    with pytest.raises(inputs.InputError) as raised:
+        inputs.read('data', str(photos))
+    assert str(raised.value) == ('--data=%s holds 1 image and .txt, no annotations: expected %s'
+                                 % (photos, inputs.EXPECTED))
+    both = make_voc(make_coco(str(tmp_path / 'both')))
+    with pytest.raises(inputs.InputError, match=r'ambiguous, it holds COCO: instances.json; '
+                                                r'Pascal VOC: v0.xml, v1.xml'):
+        inputs.read('data', both)
+    with pytest.raises(inputs.InputError, match='does not exist'):
+        inputs.read('val_data', str(tmp_path / 'absent'))
+
+
+def test_bad_files_stop_with_the_converters_own_errors(tmp_path):
+    voc = make_voc(str(tmp_path / 'voc'))
+    os.remove(os.path.join(voc, 'v1.png'))
+    with pytest.raises(VocError, match=r"v1.xml: image 'v1.png' is not in --image_dir"):
+        inputs.read('data', voc)
+    yolo = make_yolo(str(tmp_path / 'yolo'))
+    with open(os.path.join(yolo, 'labels', 'y0.txt'), 'w') as stream:
+        stream.write('0 0.5 0.5 3.0 0.2\n')
+    with pytest.raises(YoloError, match=r'y0.txt:1: w=3.0 is outside \[0, 1\]'):
+        inputs.read('data', yolo)
+
+
+def _images(names):
+    return {'images': [{'id': i, 'file_name': 'dir/' + name, 'width': 10, 'height': 10}
+                       for i, name in enumerate(names, 1)],
+            'annotations': [{'id': i, 'image_id': i, 'category_id': 1, 'bbox': [1, 1, 2, 2]}
+                            for i in range(1, len(names) + 1)],
+            'categories': [{'id': 1, 'name': 'x'}]}
+
+
+def _held(coco, val_photos=()):
+    return sorted(image['file_name'] for image in inputs.split(coco, val_photos)[1]['images'])
+
+
+def test_the_split_is_by_photo_from_the_file_names_only():
+    names = ['photo%02d.jpg' % i for i in range(20)]
+    held = _held(_images(names))
+    assert len(held) == 4  # 20% of 20.
+    assert _held(_images(list(reversed(names)))) == held  # Not the order given.
+    # Another photo moves none of the held-out ones out (it may join them or not).
+    grown = _held(_images(names + ['new.jpg']))
+    assert set(held) <= set(grown)
+    # Two photos: one held out; one photo: nothing to hold out.
+    assert len(_held(_images(['a.jpg', 'b.jpg']))) == 1
+    with pytest.raises(inputs.InputError, match='one photo'):
+        inputs.split(_images(['a.jpg']))
+
+
+def test_val_photos_name_photos_with_or_without_their_extension():
+    coco = _images(['a.jpg', 'b.png', 'c.jpg'])
+    assert _held(coco, ['b', 'c.jpg']) == ['dir/b.png', 'dir/c.jpg']
+    train, val, how = inputs.split(coco, ['b'])
+    assert len(train['annotations']) == 2 and len(val['annotations']) == 1
+    assert inputs.split_line(train, val, how) == (
+        'split by photo: 2 photos, 2 boxes to train; 1 photo, 1 box to validate (named by '
+        '--val_photos)')
+    with pytest.raises(inputs.InputError, match=r'--val_photos names d, not a photo of --data '
+                                                r'\(there: a.jpg, b.png, c.jpg\)'):
+        inputs.split(coco, ['d'])
+    with pytest.raises(inputs.InputError, match='every photo'):
+        inputs.split(coco, ['a', 'b', 'c'])
+
+
+def test_validation_classes_are_matched_by_name():
+    train = {'categories': [{'id': 1, 'name': 'ant'}, {'id': 2, 'name': 'bee'}]}
+    val = {'images': [], 'categories': [{'id': 5, 'name': 'bee'}, {'id': 6, 'name': 'wasp'}],
+           'annotations': [{'id': 1, 'image_id': 1, 'category_id': 5}]}
+    assert inputs.align_categories(train, val, 'v')['annotations'][0]['category_id'] == 2
+    val['annotations'].append({'id': 2, 'image_id': 1, 'category_id': 6})
+    with pytest.raises(inputs.InputError, match='v has the classes wasp'):
+        inputs.align_categories(train, val, 'v')
+
+
+def test_weights_name_a_backbone_or_a_detector(tmp_path):
+    pth = tmp_path / 'efficientnet-lite0-57934424.pth'
+    pth.write_bytes(b'x')
+    assert weights.resolve(str(pth)) == plan_lib.Weights('backbone', str(pth),
+                                                         'efficientdet-lite0')
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'checkpoint').write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    (run / 'config.yaml').write_text('name: efficientdet-d1\n')
+    assert weights.resolve(str(run)) == plan_lib.Weights('detector', str(run), 'efficientdet-d1')
+    assert weights.resolve('') == plan_lib.Weights()
+    with pytest.raises(weights.WeightsError, match='does not exist'):
+        weights.resolve(str(tmp_path / 'missing.pth'))
+    with pytest.raises(weights.WeightsError, match="are efficientdet-lite0's but "
+                                                   "--model_name=efficientdet-d0"):
+        weights.resolve(str(pth), 'efficientdet-d0')
+
+
+def test_the_command_itself_never_imports_tensorflow():
+    """The fine-tune's own process stays light: TensorFlow runs in its child commands."""
+    code = ('import sys\nfrom efficientdet_hpu.cli import finetune\n'
+            'print("tensorflow" in sys.modules)\n')
+    result = run_process([sys.executable, '-c', code], timeout=120, stderr=subprocess.PIPE)
+    assert result.stdout.strip() == 'False', result.stderr[-2000:]

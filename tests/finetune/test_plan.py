@@ -1,0 +1,190 @@
+"""finetune/plan.py, plan_file.py, costs.py, stats.py and hardware.py: the plan's rules on data
+whose numbers are worked out by hand, and the written plan.yaml resolved by main.py's own
+config code to the same steps."""
+import pytest
+
+from efficientdet_hpu.config import recipe as recipe_lib
+from efficientdet_hpu.config import settings as settings_lib
+from efficientdet_hpu.finetune import costs
+from efficientdet_hpu.finetune import hardware
+from efficientdet_hpu.finetune import plan as plan_lib
+from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import stats
+from efficientdet_hpu.finetune.stats import Photo
+from finetune_cases import grid as _grid, ORTHO, ROOMY
+
+def test_small_objects_on_large_photos_are_tiled_at_the_input_size():
+    # A 40 px box on a 2400 px photo fitted to 320 px: 40 * 320 / 2400 = 5.3 px < 16, and the
+    # photo is >= 2 x 320: tiles of 320. Overlap: 90% of the boxes are 40 px long, rounded up
+    # to 48, less than 320 // 5 = 64: 64.
+    tile, overlap, why = plan_lib.choose_tiling(ORTHO, 320)
+    assert (tile, overlap) == (320, 64)
+    assert '5.3 px' in why and '2400 px' in why
+    # Tiles every 256 px: 0, 256, ..., 2048 (9), then one flush with the edge at 2080: 10 x 10.
+    # Val: x 0, 256, 512, 768 and 880 (5); y 0, 256, 512 and 680 (4).
+    assert stats.tile_count(ORTHO.train, 320, 64) == 100
+    assert stats.tile_count(ORTHO.val, 320, 64) == 20
+
+
+def test_large_objects_or_small_photos_stay_whole():
+    # 100 px boxes on 640 px photos: 100 * 320 / 640 = 50 px at the input.
+    big = stats.DataStats((Photo(640, 480, _grid(480, 100, 3)),), (Photo(640, 480),), 1)
+    assert plan_lib.choose_tiling(big, 320)[:2] == (0, 0)
+    # 20 px boxes on 500 px photos: 12.8 px at the input, but 500 < 2 x 320: no tiling (the
+    # doctor may advise a larger image size instead).
+    small = stats.DataStats((Photo(500, 500, _grid(500, 20, 3)),), (Photo(500, 500),), 1)
+    tile, _, why = plan_lib.choose_tiling(small, 320)
+    assert tile == 0 and '12.8' not in why and 'under 2x' in why
+
+
+def test_long_boxes_widen_the_overlap_up_to_half_a_tile():
+    # 90th percentile of the box long sides: 100 px -> 112 (multiple of 16) > 64.
+    data = stats.DataStats((Photo(3000, 3000, tuple((i * 200, 0, 100, 30) for i in range(10))),),
+                           (), 1)
+    assert plan_lib.choose_tiling(data, 320)[:2] == (320, 112)
+
+
+def test_the_batch_fits_the_memory_found():
+    # Lite0 at 320: 1.0 GB + 0.2 GB an image (costs.LITE0). 20 GB: 70% is 14 GB, batch 8 (2.6).
+    assert plan_lib.choose_batch('efficientdet-lite0', 320, 100, ROOMY)[:2] == (8, 1)
+    # 2.2 GB available: 1.54 usable; 8 -> 2.6, 4 -> 1.8 do not fit, 2 -> 1.4 does: 2 x 4.
+    tight = plan_lib.Hardware(cores=2, memory_gb=2.2)
+    per_rank, accumulation, why = plan_lib.choose_batch('efficientdet-lite0', 320, 100, tight)
+    assert (per_rank, accumulation) == (2, 4)
+    assert 'as 4 x 2 accumulated' in why
+    # 1.2 GB: 0.84 usable, one image needs 1.2: an error naming both.
+    with pytest.raises(plan_lib.PlanError, match='1.2 GB of memory available'):
+        plan_lib.choose_batch('efficientdet-lite0', 320, 100, plan_lib.Hardware(2, 1.2))
+    # Fewer training images than the batch: the batch is the images (3), as 3 x 1.
+    assert plan_lib.choose_batch('efficientdet-lite0', 320, 3, ROOMY)[:2] == (3, 1)
+
+
+def test_memory_estimate_scales_with_compute_and_pixels():
+    assert costs.training_memory_gb('efficientdet-lite0', 320, 8) == pytest.approx(2.6)
+    # D0 at 512 (measured): 1.3 + 0.85 x 8 = 8.1 GB, the figure of docs/training.md.
+    assert costs.training_memory_gb('efficientdet-d0', 512, 8) == pytest.approx(8.1)
+    # D0 at 256: a quarter of the pixels.
+    assert costs.training_memory_gb('efficientdet-d0', 256, 4) == pytest.approx(1.3 + 0.85)
+
+
+def test_steps_from_the_data_without_a_budget():
+    # 100 tiles, batch 8: 100 passes are ceil(100 x 100 / 8) = 1250 steps; 10 evaluations
+    # every 125 steps; warm-up max(one pass = 13, round(5% of 1250 = 62.5) = 62) = 62; EMA
+    # 1 - 2 / 1250 = 0.9984; patience 10 // 2 = 5.
+    plan = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request())
+    assert (plan.tile_size, plan.train_images, plan.val_images) == (320, 100, 20)
+    assert (plan.steps, plan.eval_interval, plan.evaluations) == (1250, 125, 10)
+    assert (plan.warmup_steps, plan.ema_decay, plan.early_stop_patience) == (62, 0.9984, 5)
+    assert plan.freeze_steps == 0  # Random weights: nothing to protect.
+
+
+def test_the_budget_caps_the_steps():
+    # Lite0 at 320 on 2 cores: 8 images/s. With 1250 steps planned the other parts take:
+    # data (100 + 20) / 4 + 40 = 70 s, start-up 100, evaluations 10 x (30 + 20 / 24) = 308.3,
+    # whole photos + export 60 + 20 / 24 + 150 = 210.8: 689.2 s. 30 min leave 1110.8 s:
+    # 1110 steps of 8 at 8 images/s. 10 evaluations every 111; warm-up round(55.5) = 56;
+    # EMA 1 - 2 / 1110 = 0.998198 -> 0.9982.
+    weights = plan_lib.Weights('backbone', '/w/efficientnet-lite0.pth', 'efficientdet-lite0')
+    plan = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=weights, max_minutes=30))
+    assert (plan.steps, plan.eval_interval, plan.warmup_steps) == (1110, 111, 56)
+    assert plan.ema_decay == 0.9982
+    assert plan.freeze_steps == 56  # ImageNet backbone: frozen during the warm-up.
+    assert plan.total_seconds <= 30 * 60
+    assert dict(plan.reasons)['steps'].endswith('1110 fit --max_minutes=30')
+
+
+def test_a_budget_too_short_for_the_fixed_stages_is_one_line():
+    with pytest.raises(plan_lib.PlanError, match=r'--max_minutes=10 is too short.*give at least'):
+        plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(max_minutes=10))
+
+
+def test_the_model_follows_the_request_the_weights_then_the_hardware():
+    assert plan_lib.choose_model(plan_lib.Request(), ORTHO, ROOMY)[0] == 'efficientdet-lite0'
+    many = stats.DataStats(tuple(Photo(640, 480) for _ in range(1000)), (), 1)
+    gpu = plan_lib.Hardware(8, 60.0, 'GPU')
+    assert plan_lib.choose_model(plan_lib.Request(), many, gpu)[0] == 'efficientdet-lite2'
+    assert plan_lib.choose_model(plan_lib.Request(), ORTHO, gpu)[0] == 'efficientdet-lite0'
+    detector = plan_lib.Weights('detector', '/ckpt/efficientdet-d0', 'efficientdet-d0')
+    assert plan_lib.choose_model(plan_lib.Request(weights=detector), many,
+                                 gpu)[0] == 'efficientdet-d0'
+    asked = plan_lib.Request(model_name='efficientdet-lite1', weights=detector)
+    assert plan_lib.choose_model(asked, many, gpu)[0] == 'efficientdet-lite1'
+
+
+def test_the_doctor_advice_sets_anchors_and_an_untiled_image_size():
+    whole = stats.DataStats((Photo(640, 480, _grid(480, 100, 3)),), (Photo(640, 480),), 1)
+    plan = plan_lib.make_plan(whole, ROOMY, plan_lib.Request(),
+                              (('anchor_scale', 2.0), ('image_size', 384)))
+    assert (plan.image_size, plan.anchors, plan.tile_size) == (384, (('anchor_scale', 2.0),), 0)
+    # --hparams image_size wins over the advice.
+    asked = plan_lib.Request(hparams=(('image_size', 256),))
+    assert plan_lib.make_plan(whole, ROOMY, asked, (('image_size', 384),)).image_size == 256
+
+
+@pytest.mark.parametrize('warmup,interval', [(56, 111), (62, 125), (1, 4), (13, 7), (99, 100),
+                                             (1, 3), (7, 49)])
+def test_warmup_epochs_give_main_py_the_warmup_steps(warmup, interval):
+    assert int(plan_file.warmup_epochs(warmup, interval) * interval) == warmup
+
+
+@pytest.mark.parametrize('request_', [
+    plan_lib.Request(max_minutes=30),
+    plan_lib.Request(weights=plan_lib.Weights('backbone', '/w.pth', 'efficientdet-lite0')),
+    plan_lib.Request(steps=4, hparams=(('image_size', 128), ('nms_configs.iou_thresh', 0.6)))])
+def test_plan_yaml_resolves_in_main_py_to_the_planned_steps(tmp_path, request_):
+    """The recipe read back as main.py reads it (config/recipe.py), finalised by
+    config/settings.py: the steps, the evaluation epochs, the batch and the warm-up."""
+    plan = plan_lib.make_plan(ORTHO, plan_lib.Hardware(2, 2.2), request_)
+    path = tmp_path / 'plan.yaml'
+    content = plan_file.recipe(plan, '/r/train-*', '/r/val-*', '/r/val.json', request_.hparams)
+    path.write_text(plan_file.yaml_text(content, 'python main.py ...'))
+    recipe = recipe_lib.read_recipe(str(path))
+    run = recipe.run_options
+    config = recipe_lib.build_config(run['model_name'], recipe)
+    final = settings_lib.finalize(config, settings_lib.RunFacts(
+        per_rank_batch=run['train_batch_size'], eval_per_rank_batch=run['eval_batch_size'],
+        examples_per_epoch=run['num_examples_per_epoch'], num_epochs=run['num_epochs']))
+    assert final.schedule.total_steps == plan.steps
+    assert final.schedule.steps_per_epoch == plan.eval_interval
+    # engine/loops.execute's evaluation count for train_and_eval.
+    assert int(round(final.schedule.total_steps / final.schedule.steps_per_epoch)) == \
+        plan.evaluations
+    assert final.schedule.warmup_steps == plan.warmup_steps
+    assert final.batch.global_size == plan.global_batch == 8
+    assert (final.batch.per_rank, final.batch.accumulation_steps) == (
+        plan.per_rank_batch, plan.accumulation)
+    # 2.2 GB: at 320 px 2 images a micro-batch (see above); at 128 px 1.0 + 0.2 x 0.16 x 8 =
+    # 1.26 GB, the whole batch fits.
+    assert plan.accumulation == (1 if request_.hparams else 4)
+    assert final.schedule.learning_rate == pytest.approx(0.08 * 8 / 64)
+    assert final.config.var_freeze_steps == plan.freeze_steps
+    assert run['early_stop_patience'] == plan.early_stop_patience
+    if request_.hparams:
+        assert final.config.nms_configs['iou_thresh'] == 0.6 and final.config.image_size == 128
+
+
+def test_rates_scale_with_compute_pixels_and_cores():
+    assert costs.images_per_second('efficientdet-lite0', 320, 2)[0] == pytest.approx(8.0)
+    # Lite1 at its 384 px: 0.99 / 2.01 of Lite0's rate.
+    assert costs.images_per_second('efficientdet-lite1', 384, 2)[0] == pytest.approx(
+        8.0 * 0.99 / 2.01)
+    rate, how = costs.images_per_second('efficientdet-d0', 256, 4)
+    assert rate == pytest.approx(1.13 * 4 * 2) and 'assumed linear' in how
+    assert costs.images_per_second('efficientdet-d0', 512, 2, stated=3.5) == (
+        3.5, 'stated with --images_per_second')
+
+
+def test_most_boxes_per_image_counts_a_tile_by_the_sliver_rule():
+    # Boxes at x = 0, 100, ..., 900 (40 px) on a 1000 x 100 photo; 320 px tiles every 256:
+    # starts 0, 256, 512 and 680. Tile 0..320 holds x = 0, 100, 200 (300..340 has 20 of its
+    # 40 px inside: half, kept): 4.
+    photo = Photo(1000, 100, tuple((x, 10, 40, 40) for x in range(0, 1000, 100)))
+    assert stats.most_boxes_per_image((photo,), 320, 64) == 4
+    assert stats.most_boxes_per_image((photo,)) == 10
+
+
+def test_memory_available_reads_meminfo(tmp_path):
+    meminfo = tmp_path / 'meminfo'
+    meminfo.write_text('MemTotal:       24000000 kB\nMemAvailable:   20971520 kB\n')
+    assert hardware.memory_available_gb(str(meminfo)) == pytest.approx(20.0)
+    assert hardware.memory_available_gb(str(tmp_path / 'absent')) > 0  # os.sysconf's figure.

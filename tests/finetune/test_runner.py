@@ -1,0 +1,47 @@
+"""finetune/runner.py: a stage's command under its deadline, its output in logs/, a child's
+one-line user error raised as the fine-tune's own, any other failure naming the log. The
+commands here are the VOC converter's (no TensorFlow), failing on purpose."""
+import io
+import os
+
+import pytest
+
+from efficientdet_hpu.finetune import runner as runner_lib
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    monkeypatch.setitem(runner_lib.MODULES, 'voc', 'efficientdet_hpu.datatools.voc_to_coco')
+    return runner_lib.Runner(runner_lib.Layout(str(tmp_path)), stream=io.StringIO())
+
+
+def test_a_childs_user_error_is_its_one_line(runner, tmp_path):
+    with pytest.raises(runner_lib.ChildUserError) as raised:
+        runner.command('voc', 'voc', ['--xml_dir=%s' % (tmp_path / 'absent'),
+                                      '--output_file=%s' % (tmp_path / 'x.json')], 120)
+    assert str(raised.value) == 'voc_to_coco: error: --xml_dir=%s is not a directory' % (
+        tmp_path / 'absent')
+    with open(os.path.join(runner.layout.logs, 'voc.log')) as stream:
+        log = stream.read()
+    assert log.startswith('$ ') and 'is not a directory' in log
+    assert runner.stream.getvalue() == ''  # Shown only with echo or --verbose.
+
+
+def test_another_failure_names_the_command_its_status_and_its_log(runner):
+    with pytest.raises(runner_lib.StageFailed, match=r'voc-bad failed \(exit status 1\).*'
+                                                     r'logs/voc-bad.log'):
+        runner.command('voc-bad', 'voc', [], 120)  # Required flags missing: absl exits 1.
+
+
+def test_echo_shows_the_lines_as_they_come(runner, tmp_path):
+    with pytest.raises(runner_lib.ChildUserError):
+        runner.command('voc', 'voc', ['--xml_dir=/nonexistent', '--output_file=/tmp/x.json'],
+                       120, echo=True)
+    assert '    voc_to_coco: error: --xml_dir=/nonexistent' in runner.stream.getvalue()
+
+
+def test_children_import_this_checkout_first():
+    env = runner_lib.child_env()
+    assert env['PYTHONPATH'].split(os.pathsep)[0] == os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(runner_lib.__file__))))
+    assert env['TF_CPP_MIN_LOG_LEVEL'] in ('3', os.environ.get('TF_CPP_MIN_LOG_LEVEL'))

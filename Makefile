@@ -15,8 +15,9 @@ TEST_WORKERS ?= 2
 venv:
 	@VENV=$(VENV) bash tools/setup_env.sh
 
+# --durations: the 30 slowest tests at the end of the output, where the suite's time goes.
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests
 
 # ~2 min on 2 cores: the suite minus `slow` tests (TensorFlow/mpirun processes, training, full-size nets).
 test-fast: venv

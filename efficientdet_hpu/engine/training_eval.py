@@ -94,14 +94,16 @@ class Evaluator:
 
 def blocker(run, evaluator):
     """Why this run cannot evaluate inside the training session (it then trains one epoch per
-    train() call and evaluates with Estimator.predict, as before), or None."""
-    if not run.estimator.config.save_checkpoints_steps:
-        return ('--cp_every_n_steps=%s: no checkpoint saver to write the evaluation steps\' '
-                'checkpoints' % run.options.cp_every_n_steps)
-    if evaluator.prediction_hooks:
-        return ('the model_fn\'s PREDICT spec has prediction_hooks, which an evaluation in a '
-                'kept session would not run')
-    return None
+    train() call and evaluates with Estimator.predict), or None; rank 0's answer on every
+    rank (a collective: the ranks must take the same path)."""
+    reason = None
+    if (run.options.cp_every_n_steps or 0) <= 0:
+        reason = ('--cp_every_n_steps=%s: no checkpoint saver to write the evaluation steps\' '
+                  'checkpoints' % run.options.cp_every_n_steps)
+    elif evaluator.prediction_hooks:
+        reason = ('the model_fn\'s PREDICT spec has prediction_hooks, which an evaluation in '
+                  'a kept session would not run')
+    return distributed.broadcast_object(reason)
 
 
 class EvaluationHook(tf1.train.SessionRunHook):
@@ -131,10 +133,9 @@ class EvaluationHook(tf1.train.SessionRunHook):
             checkpoint = self._checkpoint_of(run_context.session, step)
             in_own_thread(checkpoint_eval.evaluate_checkpoint, self._run, checkpoint,
                           self._evaluator.predict)
-        if preemption.agree_to_stop_at(step):
-            run_context.request_stop()
-        elif step < self._steps[-1] and early_stop.reached(self._run):
-            run_context.request_stop()
+            if preemption.agree_to_stop_at(step) or (
+                    step < self._steps[-1] and early_stop.reached(self._run)):
+                run_context.request_stop()
 
     def _checkpoint_of(self, session, step):
         """Rank 0 writes the checkpoint of `step` (unless its periodic save just did); every

@@ -84,7 +84,8 @@ class WallTime:
                   'wall_sec': sum(seconds.values()), 'cpu_sec': process_cpu_sec(),
                   'training_steps': self.counts[STEPS] + (1 if self.training_started else 0),
                   'evaluations': self.counts[EVALUATIONS],
-                  'checkpoints': self.counts[CHECKPOINTS]}
+                  'checkpoints': self.counts[CHECKPOINTS],
+                  'peak_host_memory_mb': train_log.host_memory_mb()[1]}
         for phase, key in _RECORD_KEYS.items():
             record[key + '_sec'] = seconds[phase]
         return record

@@ -45,7 +45,7 @@ def test_record_and_line():
     record = {'event': 'wall_time', 'mode': 'train_and_eval', 'step': 200, 'wall_sec': 200.0,
               'cpu_sec': 350.25, 'training_steps': 200, 'evaluations': 4, 'checkpoints': 5,
               'startup_sec': 40.0, 'steps_sec': 120.0, 'evaluations_sec': 30.0,
-              'checkpoints_sec': 6.0, 'other_sec': 4.0}
+              'checkpoints_sec': 6.0, 'other_sec': 4.0, 'peak_host_memory_mb': 2000.0}
     assert wall_time.summary_line(record) == (
         'wall time 200.0 s: start-up 40.0 s (20%), training steps 120.0 s (60%, 200 steps), '
         'evaluations 30.0 s (15%, 4), checkpoints 6.0 s (3%, 5), other 4.0 s (2%); process '

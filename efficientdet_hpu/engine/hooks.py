@@ -277,8 +277,8 @@ class CheckpointHook(tf1.train.CheckpointSaverHook):
 
 def checkpoint_hook(run, clock=None):
     """Rank 0's CheckpointHook as the Estimator of `run` would make its saver hook (every
-    --cp_every_n_steps); None on other ranks and without periodic checkpoints (the Estimator
-    then saves nothing, as before)."""
+    --cp_every_n_steps); None on other ranks and with --cp_every_n_steps=0 (the Estimator adds
+    no saver hook then either)."""
     config = run.estimator.config
     if not (distributed.is_main() and config.save_checkpoints_steps):
         return None

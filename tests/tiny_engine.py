@@ -17,6 +17,7 @@ checkpoints score better or worse.
 
 Plain helpers imported by the test modules; fixtures live in conftest.py and the test files.
 """
+import collections
 import contextlib
 import dataclasses
 import json
@@ -150,16 +151,25 @@ class TinyModel:
 
     initial_shift, target_shift, learning_rate: the training of `shift` (gradient descent);
     nan_at_step: the 1-based step whose loss is NaN (FiniteGuardHook stops there);
-    signal_at_step, signum: a SignalAtStep hook of the training."""
+    signal_at_step, signum: a SignalAtStep hook of the training;
+    signal_in_evaluation_of: `signum` sent to this process while the checkpoint of that
+    global step is evaluated (from its first prediction batch);
+    prediction_hook: the PREDICT spec has a (do-nothing) prediction hook.
+    builds counts the graphs built by mode (model_fn calls: 'train', 'infer')."""
     initial_shift: float = 0.4
     target_shift: float = 0.0
     learning_rate: float = 0.3
     nan_at_step: int = None
     signal_at_step: int = None
     signum: int = signal.SIGUSR2
+    signal_in_evaluation_of: int = None
+    prediction_hook: bool = False
+    builds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    signals_sent: list = dataclasses.field(default_factory=list)
 
     def model_fn(self, features, labels, mode, params):
         del labels  # The tiny model learns from nothing but its target.
+        self.builds[mode] += 1
         shift = tf1.get_variable(SHIFT, initializer=float(self.initial_shift))
         if mode == tf1.estimator.ModeKeys.TRAIN:
             return self._train_spec(features, shift, params)
@@ -215,6 +225,8 @@ class TinyModel:
         """features['groundtruth_data']: float32 [batch, K, 7] rows [ymin, xmin, ymax, xmax,
         is_crowd, area, label] in original pixels, real rows first, padding -1."""
         groundtruth = features['groundtruth_data']
+        if self.signal_in_evaluation_of is not None:
+            groundtruth = self._signalling(groundtruth)
         detections, num_detections = shifted_detections(
             tf.cast(features['source_ids'], tf.float32), groundtruth, shift)
         predictions = {'detections': detections, 'num_detections': num_detections}
@@ -223,8 +235,22 @@ class TinyModel:
         # The real model's PREDICT restore: the EMA values into the model variables.
         scaffold = tf1.train.Scaffold(saver=checkpoints.ema_restore_saver(
             params.config.moving_average_decay, sharded=True))
+        hooks = [tf1.train.SessionRunHook()] if self.prediction_hook else None
         return tf1.estimator.EstimatorSpec(tf1.estimator.ModeKeys.PREDICT,
-                                           predictions=predictions, scaffold=scaffold)
+                                           predictions=predictions, scaffold=scaffold,
+                                           prediction_hooks=hooks)
+
+    def _signalling(self, groundtruth):
+        """groundtruth, read after a Python function that sends `signum` to this process
+        when the restored global step is signal_in_evaluation_of (the first batch)."""
+        def send(step):
+            if step == self.signal_in_evaluation_of and not self.signals_sent:
+                self.signals_sent.append(int(step))
+                os.kill(os.getpid(), self.signum)
+            return step
+        sent = tf1.numpy_function(send, [tf1.train.get_global_step()], tf.int64)
+        with tf.control_dependencies([sent]):
+            return tf.identity(groundtruth)
 
 
 def shifted_detections(image_ids, groundtruth, shift):

@@ -1,6 +1,7 @@
 """The output every benchmark shares: a plain-text table, one `BENCHMARK {json}` line that
 scripts (and the suite) parse, markdown tables for the reports, and the user-error class."""
 import json
+import os
 
 from efficientdet_hpu.core import compat
 from efficientdet_hpu.core.errors import UserError
@@ -16,6 +17,33 @@ STEP_SECONDS = 3 * 3600
 
 class BenchError(UserError, ValueError):
     """A user mistake in the benchmark flags; the message names the fix."""
+
+
+def cpu_description(cpuinfo='/proc/cpuinfo'):
+    """'AMD EPYC 7B13, 2 logical cores, AVX2, AVX-512 (VNNI, BF16)': the CPU's model and the
+    vector extensions TensorFlow's CPU kernels use (oneDNN is on by default only with
+    AVX512-VNNI/BF16 or AMX), from /proc/cpuinfo's first processor."""
+    model, flags = 'unknown CPU', set()
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                if key.strip() == 'model name' and model == 'unknown CPU':
+                    model = value.strip()
+                elif key.strip() == 'flags' and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    parts = [model, '%d logical cores' % os.cpu_count(), 'AVX2' if 'avx2' in flags else 'no AVX2']
+    if 'avx512f' in flags:
+        extras = [name for flag, name in (('avx512_vnni', 'VNNI'), ('avx512_bf16', 'BF16'))
+                  if flag in flags]
+        parts.append('AVX-512' + (' (%s)' % ', '.join(extras) if extras else ''))
+    else:
+        parts.append('no AVX-512')
+    if 'amx_bf16' in flags:
+        parts.append('AMX')
+    return ', '.join(parts)
 
 
 def parse_batch_sizes(text, default):

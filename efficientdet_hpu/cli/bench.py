@@ -11,17 +11,24 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
         --num_batches=50 [--is_training]
     python bench.py suite --output=docs/benchmarks-$(hostname).md     (what `make bench` runs)
     python bench.py coco_eval --images=5000 --detections=100
+    python bench.py train_and_eval [--steps=50] [--evaluations=4] [--eval_images=16] \
+        [--batch_sizes=8] [--model_name=efficientdet-lite0] [--image_size=320]
 
 train: `main.py --benchmark` per batch size in a subprocess (benchmarks/train_bench.py):
 images/s per rank and global over the steps after warm-up, time per step, peak host memory.
 infer: benchmarks/infer_bench.py. input: the tf.data pipeline alone (benchmarks/input_bench.py).
 coco_eval: pycocotools and faster-coco-eval on one generated COCO-size detection set
 (benchmarks/coco_eval_bench.py).
+train_and_eval: the same short run as --mode=train_and_eval and as --mode=train, back to back
+in processes of their own; both wall times, their ratio, and where each one's time went
+(benchmarks/train_eval_bench.py).
+Every subcommand names the CPU first (model, cores, AVX2 / AVX-512).
 """
 import os
 
 from absl import app, flags
 
+from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError, emit, parse_batch_sizes
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core import errors
@@ -31,18 +38,22 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defined when bench.py runs, so importing it defines nothing."""
-    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x, efficientdet-lite0 .. lite4.')
+    flags.DEFINE_string('model_name', 'efficientdet-d0', 'Variant, efficientdet-d0 .. d7x, '
+                        'efficientdet-lite0 .. lite4 (train_and_eval: efficientdet-lite0 unless '
+                        'given).')
     flags.DEFINE_string('hparams', '', 'Recipe YAML and/or overrides, e.g. image_size=640 '
                         '(infer/input/train).')
-    flags.DEFINE_string('image_size', None, "infer/input: network input, 512 or 'WIDTHxHEIGHT' "
-                        "(default: the variant's).")
+    flags.DEFINE_string('image_size', None, "infer/input/train_and_eval: network input, 512 or "
+                        "'WIDTHxHEIGHT' (default: the variant's; train_and_eval: 320).")
     flags.DEFINE_string('batch_sizes', None, 'train/infer: comma-separated batch sizes (train: '
                         'images per rank, as main.py --train_batch_size). Default train 2,4; '
-                        'infer 1,2,4,8.')
-    flags.DEFINE_integer('steps', 20, 'Measured steps per batch size.', lower_bound=1)
+                        'infer 1,2,4,8; train_and_eval 8 (the first only).')
+    flags.DEFINE_integer('steps', 20, 'Measured steps per batch size (train_and_eval: steps '
+                         'between evaluations, 50 unless given).', lower_bound=1)
     flags.DEFINE_integer('warmup', 5, 'Steps run before measuring.', lower_bound=0)
     flags.DEFINE_bool('use_fake_data', True, 'train: synthetic tensors instead of TFRecords. '
-                      'input: only when given, or without --file_pattern.')
+                      'input: only when given, or without --file_pattern. train_and_eval: '
+                      'training on synthetic tensors, else on 64 generated images.')
     flags.DEFINE_string('training_file_pattern', None, 'train without fake data: TFRecords.')
     flags.DEFINE_integer('num_ranks', 1, 'train: ranks on this box (Horovod, mpirun).',
                          lower_bound=1)
@@ -69,6 +80,10 @@ def define_flags():
     flags.DEFINE_integer('images', 5000, 'coco_eval: images of the generated set.',
                          lower_bound=1)
     flags.DEFINE_integer('detections', 100, 'coco_eval: detections per image.', lower_bound=1)
+    flags.DEFINE_integer('evaluations', 4, 'train_and_eval: evaluations (epochs) of the run.',
+                         lower_bound=1)
+    flags.DEFINE_integer('eval_images', 16, 'train_and_eval: generated validation images.',
+                         lower_bound=1)
     flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
                       'numbers).')
 
@@ -195,8 +210,33 @@ def cmd_coco_eval():
           'rows': rows}, rows, coco_eval_bench.COLUMNS)
 
 
+# train_and_eval's run when not given: issue 32's fine-tuning case (Lite0 at 320 px, batch 8,
+# an evaluation every 50 steps).
+TRAIN_AND_EVAL_DEFAULTS = {'model_name': 'efficientdet-lite0', 'image_size': '320',
+                           'batch_sizes': '8', 'steps': 50}
+
+
+def _given_or(name):
+    return FLAGS[name].value if FLAGS[name].present else TRAIN_AND_EVAL_DEFAULTS[name]
+
+
+def cmd_train_and_eval():
+    from efficientdet_hpu.benchmarks import train_bench  # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.benchmarks import train_eval_bench  # pylint: disable=import-outside-toplevel
+    if FLAGS['training_file_pattern'].present:
+        raise BenchError('train_and_eval trains on fake data or on generated records '
+                         '(--nouse_fake_data); drop --training_file_pattern')
+    result = train_eval_bench.run_pair(
+        _given_or('steps'), FLAGS.evaluations, FLAGS.eval_images,
+        train_bench.child_env(FLAGS.onednn), use_fake_data=FLAGS.use_fake_data,
+        model_name=_given_or('model_name'), image_size=_given_or('image_size'),
+        hparams=FLAGS.hparams, batch_size=parse_batch_sizes(_given_or('batch_sizes'), '8')[0])
+    print(train_eval_bench.ratio_line(result))
+    emit(result, result['rows'], train_eval_bench.COLUMNS)
+
+
 COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite,
-            'coco_eval': cmd_coco_eval}
+            'coco_eval': cmd_coco_eval, 'train_and_eval': cmd_train_and_eval}
 
 
 def main(argv):
@@ -210,6 +250,7 @@ def main(argv):
     if argv[1] == 'suite':
         from efficientdet_hpu.benchmarks import suite  # pylint: disable=import-outside-toplevel
         user_errors.append(suite.SuiteError)
+    print('CPU: %s' % report.cpu_description(), flush=True)
     try:
         COMMANDS[argv[1]]()
     except tuple(user_errors) as error:

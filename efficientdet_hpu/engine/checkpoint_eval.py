@@ -31,7 +31,7 @@ tf1 = tf.compat.v1
 BEST_DIR = 'best'
 
 
-def _eval_input_fn(run):
+def eval_input_fn(run):
     """Batches of settings.batch.eval_per_rank images (per rank, as --train_batch_size)."""
     options = run.options
     reader = dataloader.InputReader(
@@ -49,10 +49,18 @@ def _eval_input_fn(run):
 
 
 def predict_shard(run, checkpoint):
-    """Runs this rank's shard; returns (image_ids [N], detections [M,7], groundtruth [N,K,7])."""
+    """Runs this rank's shard through Estimator.predict (the PREDICT graph built for this
+    call); returns (image_ids [N], detections [M,7], groundtruth [N,K,7])."""
+    return collect_shard(run, run.estimator.predict(
+        eval_input_fn(run), checkpoint_path=checkpoint, yield_single_examples=False))
+
+
+def collect_shard(run, predictions):
+    """(image_ids int64 [N], detections float64 [M,7], groundtruth float32 [N,K,7]) of an
+    iterable of prediction batches (dicts of det_model_fn's PREDICT outputs, arrays with a
+    batch dimension), whoever ran them: predict_shard or the evaluator a train_and_eval run
+    keeps (engine/training_eval.py)."""
     image_ids, detections, groundtruth = [], [], []
-    predictions = run.estimator.predict(_eval_input_fn(run), checkpoint_path=checkpoint,
-                                        yield_single_examples=False)
     for batch in predictions:
         image_ids.append(batch['source_ids'])
         groundtruth.append(batch['groundtruth_data'])
@@ -85,15 +93,16 @@ def _checkpoint_present(checkpoint):
     return tf.io.gfile.exists(checkpoint + '.index')
 
 
-def _predict_unless_removed(run, checkpoint):
-    """This rank's predict_shard, or None when the checkpoint is gone: a training job beside
-    this evaluator rotated it out (keep_checkpoint_max) before or while it was read."""
+def _predict_unless_removed(run, checkpoint, predict):
+    """This rank's predict(run, checkpoint), or None when the checkpoint is gone: a training
+    job beside this evaluator rotated it out (keep_checkpoint_max) before or while it was
+    read."""
     if not _checkpoint_present(checkpoint):
         return None
     try:
         with bad_records.named_data_errors(run.options.validation_file_pattern,
                                            run.config.num_classes):
-            return predict_shard(run, checkpoint)
+            return predict(run, checkpoint)
     except (tf.errors.NotFoundError, ValueError):
         if _checkpoint_present(checkpoint):
             raise
@@ -115,15 +124,18 @@ def _check_intact(checkpoint):
         raise checkpoints.CheckpointError(problem)
 
 
-def evaluate_checkpoint(run, checkpoint):
+def evaluate_checkpoint(run, checkpoint, predict=predict_shard):
     """Evaluates one checkpoint on all ranks; returns the metrics dict on every rank, or None
     when the checkpoint was removed before it could be read (every rank then moves on).
-    Raises CheckpointError naming a damaged checkpoint."""
+    Raises CheckpointError naming a damaged checkpoint.
+
+    predict(run, checkpoint): this rank's shard as predict_shard returns it; a train_and_eval
+    run passes its kept evaluation graph's (engine/training_eval.py)."""
     step = checkpoints.checkpoint_step(checkpoint)
     _check_intact(checkpoint)
     eval_analysis.check_split(run)
     logging.info('evaluating %s (step %d)', os.path.basename(checkpoint), step)
-    shard = _predict_unless_removed(run, checkpoint)
+    shard = _predict_unless_removed(run, checkpoint, predict)
     if any(lost for lost in distributed.allgather_numpy(shard is None)):
         logging.warning('%s was removed before evaluation (the training job keeps only '
                         '--keep_checkpoint_max checkpoints); moving on',

@@ -17,6 +17,7 @@ from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.engine import preemption
 from efficientdet_hpu.engine import train_log
 from efficientdet_hpu.engine import setup
+from efficientdet_hpu.engine import wall_time
 
 tf1 = tf.compat.v1
 
@@ -32,14 +33,18 @@ class TrainLogHook(tf1.train.SessionRunHook):
     rate, images/s and ETA, to the log and as a JSON log record."""
 
     def __init__(self, model_dir, global_batch, total_steps, every_n_steps, write_files,
-                 stop_step=None):
+                 stop_step=None, pause_steps=()):
         """total_steps: the run's final step (for the ETA); stop_step: where this train()
-        call stops (always logged, whatever every_n_steps)."""
+        call stops; pause_steps: steps after which the training pauses (an evaluation inside
+        the session): logged too, whatever every_n_steps, and the rate is measured again
+        from the step after the pause."""
         self._model_dir, self._global_batch = model_dir, global_batch
         self._total_steps, self._every_n = total_steps, max(1, every_n_steps)
         self._stop_step = stop_step or total_steps
+        self._pause_steps = frozenset(pause_steps)
         self._write_files = write_files
         self._logged_time = self._logged_step = None  # The rate is measured from here.
+        self._paused_at = None  # The clock restarts at the next before_run.
 
     def begin(self):
         self._scalars = tf1.get_collection(det_model_fn.TRAIN_LOG_COLLECTION)
@@ -52,6 +57,9 @@ class TrainLogHook(tf1.train.SessionRunHook):
         logging.info('final weights at step %d: checksum %.12e', step, checksum)
 
     def before_run(self, run_context):
+        if self._paused_at is not None:
+            self._logged_time, self._logged_step = time.time(), self._paused_at
+            self._paused_at = None
         return tf1.train.SessionRunArgs([self._step, self._scalars])
 
     def after_run(self, run_context, run_values):
@@ -60,6 +68,10 @@ class TrainLogHook(tf1.train.SessionRunHook):
         now = time.time()
         if self._logged_time is None:
             self._logged_time, self._logged_step = now, step
+            return
+        if step in self._pause_steps:
+            self._log(step, scalars, now)
+            self._paused_at = step
             return
         if step % self._every_n and step != self._stop_step:
             return
@@ -240,17 +252,54 @@ class FiniteWeightsListener(tf1.train.CheckpointSaverListener):
                 DIVERGENCE_ADVICE))
 
 
-def make_training_hooks(run, stop_step):
+class CheckpointHook(tf1.train.CheckpointSaverHook):
+    """Estimator's checkpoint saver (the same saver, files and listeners: passed to
+    Estimator.train() on rank 0, it replaces the one the Estimator would add), timed on the
+    run's clock (engine/wall_time.py), and able to save the current step when asked
+    (save_now: the checkpoint an evaluation inside the session reads)."""
+
+    def __init__(self, model_dir, save_steps, save_graph_def, clock=None):
+        super().__init__(model_dir, save_steps=save_steps, save_graph_def=save_graph_def)
+        self._clock = clock
+
+    def _save(self, session, step):
+        with wall_time.phase(self._clock, wall_time.CHECKPOINTS):
+            return super()._save(session, step)
+
+    def save_now(self, session, step):
+        """Writes the checkpoint of `step` (the session's current global step) unless this
+        hook wrote it already; returns True when a listener asked training to stop."""
+        if self._timer.last_triggered_step() == step:
+            return False
+        self._timer.update_last_triggered_step(step)
+        return self._save(session, step)
+
+
+def checkpoint_hook(run, clock=None):
+    """Rank 0's CheckpointHook as the Estimator of `run` would make its saver hook (every
+    --cp_every_n_steps); None on other ranks and with --cp_every_n_steps=0 (the Estimator adds
+    no saver hook then either)."""
+    config = run.estimator.config
+    if not (distributed.is_main() and config.save_checkpoints_steps):
+        return None
+    return CheckpointHook(config.model_dir, config.save_checkpoints_steps,
+                          config.checkpoint_save_graph_def, clock)
+
+
+def make_training_hooks(run, stop_step, pause_steps=(), clock=None):
     """The hooks of one Estimator.train() call of `run` (a setup.Run) that stops at
-    `stop_step`; images/s count the global batch (all ranks and accumulated micro-batches)."""
+    `stop_step` (pause_steps: TrainLogHook's); images/s count the global batch (all ranks
+    and accumulated micro-batches). clock: the run's WallTime, whose StepTimeHook comes
+    first."""
     options = run.options
     log_dir = setup.rank_log_dir(options)
-    hooks = [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
-             preemption.StopAtSignalHook(),
-             TrainLogHook(log_dir, run.settings.batch.global_size,
-                          max(run.settings.schedule.total_steps, stop_step),
-                          options.log_every_n_steps, write_files=log_dir is not None,
-                          stop_step=stop_step)]
+    hooks = [wall_time.StepTimeHook(clock)] if clock is not None else []
+    hooks += [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
+              preemption.StopAtSignalHook(),
+              TrainLogHook(log_dir, run.settings.batch.global_size,
+                           max(run.settings.schedule.total_steps, stop_step),
+                           options.log_every_n_steps, write_files=log_dir is not None,
+                           stop_step=stop_step, pause_steps=pause_steps)]
     if log_dir is not None:
         hooks.append(SummaryHook(log_dir, options.iterations_per_loop))
     if options.profile_steps and distributed.is_main():

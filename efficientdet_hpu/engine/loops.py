@@ -1,5 +1,7 @@
 """The modes of a run: train, eval (continuous, beside a training job) and train_and_eval
-(an evaluation after each epoch), over a prepared Run (engine/setup.py).
+(an evaluation after each epoch, inside the training session: engine/training_eval.py), over
+a prepared Run (engine/setup.py); at the end of train and train_and_eval, where the wall time
+went (engine/wall_time.py).
 
 Errors that are the user's to fix derive from core.errors.UserError (main.py prints their one
 line and exits 2); a data error while reading shards becomes one (engine/bad_records.py),
@@ -23,6 +25,8 @@ from efficientdet_hpu.engine import hooks
 from efficientdet_hpu.engine import preemption
 from efficientdet_hpu.engine import resume_check
 from efficientdet_hpu.engine import train_log
+from efficientdet_hpu.engine import training_eval
+from efficientdet_hpu.engine import wall_time
 from efficientdet_hpu.engine.setup import train_input_fn
 
 
@@ -35,20 +39,76 @@ def current_step(run):
     return distributed.broadcast_object(step)
 
 
-def train_until(run, max_steps):
+def train_until(run, max_steps, clock=None, evaluation=None):
     """Trains to max_steps; raises preemption.Stopped when a signal stopped it (the
-    checkpoint of the stop step is then written)."""
+    checkpoint of the stop step is then written).
+
+    clock: the run's wall_time.WallTime; evaluation: (training_eval.Evaluator, the steps to
+    evaluate at) for evaluations inside this train() call."""
     start_step = current_step(run)
     if start_step < max_steps:
         pattern = None if run.options.use_fake_data else run.options.training_file_pattern
+        saver = hooks.checkpoint_hook(run, clock)
+        evaluator, eval_steps = evaluation or (None, ())
+        train_hooks = hooks.make_training_hooks(run, max_steps, eval_steps, clock)
+        train_hooks += [saver] if saver is not None else []
+        if evaluator is not None:  # After the saver and the stop and log hooks.
+            train_hooks.append(training_eval.EvaluationHook(run, evaluator, eval_steps,
+                                                            saver, clock))
         # Only rank 0 has a CheckpointSaverHook, whose saves the listener checks.
         listeners = ([hooks.FiniteWeightsListener(run.options.model_dir)]
                      if distributed.is_main() else None)
         with bad_records.named_data_errors(pattern, run.config.num_classes):
             run.estimator.train(train_input_fn(run, start_step), max_steps=max_steps,
-                                hooks=hooks.make_training_hooks(run, max_steps),
-                                saving_listeners=listeners)
+                                hooks=train_hooks, saving_listeners=listeners)
     preemption.stop_if_asked(run.options.model_dir)
+
+
+def evaluation_steps(schedule):
+    """The steps train_and_eval evaluates at: epoch ends at int(epoch * steps per epoch) (a
+    float, as automl counts), the last at the final step; one per epoch, ascending."""
+    epochs = max(1, int(round(schedule.total_steps / schedule.steps_per_epoch)))
+    return [schedule.total_steps if epoch == epochs
+            else min(int(epoch * schedule.steps_per_epoch), schedule.total_steps)
+            for epoch in range(1, epochs + 1)]
+
+
+def train_and_eval(run, clock=None):
+    """One train() call to the final step, evaluating inside it at each epoch's end still to
+    come (engine/training_eval.py), the graphs built once; epoch by epoch (train_by_epochs)
+    when there is nothing to train or the run cannot evaluate inside the session."""
+    total_steps = run.settings.schedule.total_steps
+    start_step = current_step(run)
+    if start_step >= total_steps:  # Nothing to train: the last checkpoint is evaluated.
+        train_by_epochs(run, clock)
+        return
+    if early_stop.reached(run):  # A rerun after an early stop.
+        return
+    with training_eval.Evaluator(run) as evaluator:
+        reason = training_eval.blocker(run, evaluator)
+        if reason is None:
+            steps = [step for step in evaluation_steps(run.settings.schedule)
+                     if step > start_step]
+            logging.info('train_and_eval: %s', training_eval.describe(steps))
+            train_until(run, total_steps, clock, evaluation=(evaluator, steps))
+            return
+    training_eval.log_fallback(reason)
+    train_by_epochs(run, clock)
+
+
+def train_by_epochs(run, clock=None):
+    """train_and_eval as a train() call per epoch, each followed by an evaluation through
+    Estimator.predict (a graph and session built for each)."""
+    steps = evaluation_steps(run.settings.schedule)
+    for epoch, step in enumerate(steps, 1):
+        if current_step(run) >= step and epoch < len(steps):
+            continue
+        if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
+            break
+        train_until(run, step, clock)
+        with wall_time.phase(clock, wall_time.EVALUATIONS):
+            checkpoint_eval.evaluate_latest(run)
+        preemption.stop_if_asked(run.options.model_dir)  # A signal during the evaluation.
 
 
 def execute(run):
@@ -57,34 +117,35 @@ def execute(run):
     if options.benchmark:
         return throughput.run_benchmark(run)
     early_stop.warn_if_unused(options)
-    if options.mode != 'eval':
-        preemption.install()
-        check_anchor_coverage(run)
-        announce_resume(run)
     if options.mode == 'eval':
         checkpoint_eval.evaluate_continuously(run)
-    elif options.mode == 'train':
-        train_until(run, run.settings.schedule.total_steps)
+        report_skipped(run)
+        return 0
+    clock = wall_time.WallTime()  # From the process's start.
+    preemption.install()
+    check_anchor_coverage(run)
+    announce_resume(run)
+    if options.mode == 'train':
+        train_until(run, run.settings.schedule.total_steps, clock)
         if options.eval_after_training:
-            checkpoint_eval.evaluate_latest(run)
+            with wall_time.phase(clock, wall_time.EVALUATIONS):
+                checkpoint_eval.evaluate_latest(run)
             preemption.stop_if_asked(options.model_dir)
     else:
-        # Epoch ends at int(epoch * steps per epoch) (a float, as automl counts), the last at
-        # the final step.
-        schedule = run.settings.schedule
-        epochs = max(1, int(round(schedule.total_steps / schedule.steps_per_epoch)))
-        for epoch in range(1, epochs + 1):
-            step = (schedule.total_steps if epoch == epochs
-                    else min(int(epoch * schedule.steps_per_epoch), schedule.total_steps))
-            if current_step(run) >= step and epoch < epochs:
-                continue
-            if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
-                break
-            train_until(run, step)
-            checkpoint_eval.evaluate_latest(run)
-            preemption.stop_if_asked(options.model_dir)  # A signal during the evaluation.
+        train_and_eval(run, clock)
     report_skipped(run)
+    report_wall_time(run, clock)
     return 0
+
+
+def report_wall_time(run, clock):
+    """Rank 0: where the run's wall time went, one line and a JSON log record."""
+    step = current_step(run)
+    if not distributed.is_main():
+        return
+    record = clock.record(run.options.mode, step)
+    print(wall_time.summary_line(record), flush=True)
+    train_log.append_json_log(run.options.model_dir, record)
 
 
 def announce_resume(run):

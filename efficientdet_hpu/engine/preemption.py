@@ -84,6 +84,23 @@ def agreed_signal():
     return int(signum)
 
 
+def stop_agreed():
+    """True once the ranks agreed to stop (a StopAtSignalHook saw a signal after a step, or
+    agree_to_stop_at did): the same on every rank, no collective."""
+    return bool(_agreed)
+
+
+def agree_to_stop_at(step):
+    """The stop signal any rank got, agreed by all ranks at `step` (a collective: call it on
+    every rank at the same point), recorded as StopAtSignalHook records one; 0 when none.
+    For a signal that came while no training step ran (an evaluation inside the training
+    session, engine/training_eval.py)."""
+    signum = agreed_signal()
+    if signum:
+        _agreed.update(signal=signum, step=int(step))
+    return signum
+
+
 class StopAtSignalHook(tf1.train.SessionRunHook):
     """Stops training after the first step at which any rank has a stop signal recorded."""
 

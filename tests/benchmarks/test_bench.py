@@ -84,6 +84,44 @@ def test_bench_train_reports_throughput_and_memory():
     assert total <= 100.0 + 1e-6
 
 
+@pytest.mark.slow
+def test_bench_train_and_eval_runs_both_modes_and_says_where_the_time_went():
+    result, output = _bench(['train_and_eval', '--model_name=efficientdet-d0', '--image_size=128',
+                             '--hparams=%s' % TINY_HPARAMS.replace('image_size=128,', ''),
+                             '--batch_sizes=2', '--steps=2', '--evaluations=2',
+                             '--eval_images=4'])
+    assert 'CPU: %s' % report.cpu_description() in output.splitlines()
+    assert result['cpu'] == report.cpu_description()
+    both, alone = result['rows']
+    assert (both['mode'], alone['mode']) == ('train_and_eval', 'train')
+    assert both['evaluations'] == result['evaluations'] == 2 and alone['evaluations'] == 0
+    assert both['step'] == alone['step'] == result['steps'] == 4
+    for row in (both, alone):
+        assert row['process_wall_sec'] >= row['wall_sec'] > 0
+        parts = sum(row[key + '_sec'] for key in ('startup', 'steps', 'evaluations',
+                                                  'checkpoints', 'other'))
+        assert parts == pytest.approx(row['wall_sec'], rel=1e-9)
+        assert '--use_fake_data' in row['command'] and '--num_epochs=2' in row['command']
+    assert result['wall_ratio'] == pytest.approx(
+        both['process_wall_sec'] / alone['process_wall_sec'])
+    assert 'train_and_eval / train: wall %.2fx' % result['wall_ratio'] in output
+    assert 'evaluations s' in output
+
+
+def test_cpu_description_names_the_model_and_the_vector_extensions(tmp_path):
+    cpuinfo = tmp_path / 'cpuinfo'
+    cpuinfo.write_text('processor\t: 0\nmodel name\t: AMD EPYC 7B13\n'
+                       'flags\t\t: fpu sse avx avx2 fma\n\nprocessor\t: 1\n')
+    cores = os.cpu_count()
+    assert report.cpu_description(str(cpuinfo)) == (
+        'AMD EPYC 7B13, %d logical cores, AVX2, no AVX-512' % cores)
+    cpuinfo.write_text('model name\t: Intel Xeon\nflags\t: avx2 avx512f avx512_vnni amx_bf16\n')
+    assert report.cpu_description(str(cpuinfo)) == (
+        'Intel Xeon, %d logical cores, AVX2, AVX-512 (VNNI), AMX' % cores)
+    assert report.cpu_description(str(tmp_path / 'none')) == (
+        'unknown CPU, %d logical cores, no AVX2, no AVX-512' % cores)
+
+
 INFER_FIELDS = ('images_per_sec', 'latency_avg_ms', 'latency_p50_ms', 'latency_p90_ms',
                 'latency_p95_ms', 'latency_p99_ms', 'peak_host_memory_mb')
 

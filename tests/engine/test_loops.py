@@ -1,7 +1,8 @@
 """engine/loops.py in one process with the tiny model (tests/tiny_engine.py): the epochs of
-train_and_eval (ends at int(epoch x steps per epoch), the last at the total; a rerun skips the
-finished ones; early stopping), train with eval_after_training, train_until, the resume and
-nothing-to-train lines, and the disk-full line."""
+train_and_eval (ends at int(epoch x steps per epoch), the last at the total, evaluated inside
+one train() call; a rerun skips the finished ones; early stopping), train with
+eval_after_training, train_until, the resume and nothing-to-train lines, the wall time
+line and record, and the disk-full line."""
 import contextlib
 import dataclasses
 import errno
@@ -15,6 +16,8 @@ import tensorflow as tf
 import tiny_engine
 from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import train_log as run_log
+from efficientdet_hpu.engine import wall_time
 from tiny_engine import TinyModel, checkpoint_steps, engine_options, logged_steps
 
 tf1 = tf.compat.v1
@@ -39,19 +42,24 @@ def tiny_train_and_eval(val_pattern, tmp_path_factory):
     """One train_and_eval run of 3 epochs of 2.5 steps whose AP rises epoch after epoch
     (the shift shrinks by 0.7 a step); read only (tests that rerun it copy it)."""
     model_dir = tmp_path_factory.mktemp('train_and_eval') / 'model'
-    status, printed, logged = _execute(engine_options(model_dir, val_pattern), TinyModel())
-    return dict(model_dir=str(model_dir), status=status, printed=printed, logged=logged)
+    model = TinyModel()
+    status, printed, logged = _execute(engine_options(model_dir, val_pattern), model)
+    return dict(model_dir=str(model_dir), status=status, printed=printed, logged=logged,
+                builds=dict(model.builds))
 
 
 def test_train_and_eval_ends_epochs_at_int_of_epoch_times_steps_per_epoch(tiny_train_and_eval):
     """2.5 steps an epoch, 7 steps: epochs end at int(2.5) = 2, int(5.0) = 5 and the total 7;
-    each is one train() call (its first step only starts the log's clock) and one
-    evaluation of the checkpoint written at its end."""
+    one train() call (its first step only starts the log's clock) evaluates the checkpoint
+    it writes at each of them, every step logged (log_every_n_steps=1)."""
     run = tiny_train_and_eval
     assert run['status'] == 0
     assert checkpoint_steps(run['model_dir']) == [0, 2, 5, 7]
     assert logged_steps(run['model_dir'], 'eval') == [2, 5, 7]
-    assert logged_steps(run['model_dir'], 'train') == [2, 4, 5, 7]
+    assert logged_steps(run['model_dir'], 'train') == [2, 3, 4, 5, 6, 7]
+    assert ('train_and_eval: evaluations at steps 2, 5 and 7, in the training session'
+            in run['logged'])
+    assert run['builds'] == {'train': 1, 'infer': 1}  # Each graph built once.
     for step in (2, 5, 7):
         assert 'COCO evaluation of model.ckpt-%d (step %d, 5 images)' % (step, step) in (
             run['printed'])
@@ -90,8 +98,9 @@ def test_a_rerun_with_more_epochs_trains_and_evaluates_only_the_new_one(tiny_tra
     assert 'resuming from %s/model.ckpt-7 (step 7)' % model_dir in logged
     assert checkpoint_steps(model_dir) == [0, 2, 5, 7, 10]
     assert logged_steps(model_dir, 'eval') == [2, 5, 7, 10]
-    assert logged_steps(model_dir, 'train') == [2, 4, 5, 7, 9, 10]
+    assert logged_steps(model_dir, 'train') == [2, 3, 4, 5, 6, 7, 9, 10]
     assert printed.count('COCO evaluation of') == 1
+    assert 'train_and_eval: evaluations at step 10, in the training session' in logged
 
 
 def test_early_stop_ends_training_at_the_patience_and_a_rerun_says_so_again(val_pattern,
@@ -180,3 +189,22 @@ def test_disk_full_message_without_a_checkpoint_resumes_from_the_start(tmp_path)
     message = loops.disk_full_message(OSError(errno.EDQUOT, 'Disk quota exceeded'), str(tmp_path))
     assert message.endswith('rerun the same command: it resumes from the start')
     assert 'needed' not in message
+
+
+def test_the_run_ends_with_where_its_wall_time_went(tiny_train_and_eval):
+    """One line (printed last) and one JSON log record: start-up, training steps,
+    evaluations, checkpoints and the rest, which add up to the wall time."""
+    model_dir = tiny_train_and_eval['model_dir']
+    (record,) = [r for r in run_log.read_json_log(model_dir) if r['event'] == 'wall_time']
+    assert (record['mode'], record['step']) == ('train_and_eval', 7)
+    # 7 steps (the first in start-up), 3 evaluations, checkpoints of steps 0, 2, 5 and 7.
+    assert (record['training_steps'], record['evaluations'], record['checkpoints']) == (7, 3, 4)
+    parts = [record[key + '_sec'] for key in ('startup', 'steps', 'evaluations', 'checkpoints',
+                                              'other')]
+    assert min(parts) >= 0 and record['startup_sec'] > 0 and record['evaluations_sec'] > 0
+    assert sum(parts) == pytest.approx(record['wall_sec'], rel=1e-9)
+    assert record['cpu_sec'] > 0
+    line = tiny_train_and_eval['printed'].splitlines()[-1]
+    assert line == wall_time.summary_line(record)
+    assert line.startswith('wall time %.1f s: start-up ' % record['wall_sec'])
+    assert ', evaluations %.1f s (' % record['evaluations_sec'] in line and ', 3), ' in line

@@ -42,10 +42,14 @@ def test_global_step_follows_the_global_batch_and_only_rank0_writes(distributed_
     model_dir, output = distributed_run
     assert tf.train.latest_checkpoint(model_dir).endswith('-4')
     with open(os.path.join(model_dir, 'train_log.jsonl')) as f:
-        steps = [json.loads(line)['step'] for line in f]
+        records = [json.loads(line) for line in f]
+    steps = [r['step'] for r in records if r['event'] == 'train']
     assert steps == sorted(set(steps)) and steps[-1] == 4  # One writer: no step twice.
-    records = [json.loads(line) for line in open(os.path.join(model_dir, 'train_log.jsonl'))]
-    assert records[-1]['images_per_sec'] > 0
+    assert records[-2]['images_per_sec'] > 0
+    # Rank 0 alone says where the wall time went, last.
+    assert [(r['event'], r['step']) for r in records if r['event'] != 'train'] == [
+        ('wall_time', 4)]
+    assert len(re.findall(r'<stdout>:wall time [\d.]+ s: start-up ', output)) == 1
     # Rank 1 logs with its rank tag (on stderr, merged by mpirun's --tag-output).
     assert re.search(r'\[1,1\]<std(out|err)>:.*\[rank 1/2\]', output), output[-3000:]
     # The first line says what a carried-over command means: 2 per rank is 4 a step.

@@ -274,7 +274,7 @@ def test_two_boxes_over_ssh_train_and_evaluate(ssh_hosts, tiny_dataset, tmp_path
     # Checkpoints and the log come from rank 0 only: one line per step, one writer.
     with open(os.path.join(model_dir, 'train_log.jsonl')) as stream:
         records = [(record['event'], record['step']) for record in map(json.loads, stream)]
-    assert records == [('train', 2), ('eval', 2)], records
+    assert records == [('train', 2), ('eval', 2), ('wall_time', 2)], records
     assert checkpointed_step(model_dir) == 2
     # Heartbeats are removed with the job.
     assert not os.listdir(os.path.join(model_dir, 'heartbeat'))

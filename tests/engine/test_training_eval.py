@@ -1,0 +1,138 @@
+"""engine/training_eval.py in one process with the tiny model (tests/tiny_engine.py):
+train_and_eval evaluates inside one train() call with graphs built once (1 training + 1
+evaluation graph for 3 evaluations, against 3 + 3 epoch by epoch, as before) and the same metrics; the
+epoch-by-epoch path when a run cannot evaluate inside the session (said in one line); a stop
+signal during an evaluation, and one during the step that ends an epoch."""
+import contextlib
+import io
+import os
+import signal
+
+import pytest
+import tensorflow as tf
+
+import tiny_engine
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.engine import preemption
+from efficientdet_hpu.engine import training_eval
+from tiny_engine import TinyModel, checkpoint_steps, engine_options, logged_steps
+
+tf1 = tf.compat.v1
+EPOCH_ENDS = (2, 5, 7)  # engine_options: 2.5 steps an epoch, 7 steps.
+
+
+def _execute(options, model):
+    """loops.execute of a tiny run: (exit status or the Stopped raised, printed, logged)."""
+    printed = io.StringIO()
+    with tiny_engine.log_lines() as logged, contextlib.redirect_stdout(printed):
+        with tiny_engine.tiny_run(options, model) as run:
+            try:
+                status = loops.execute(run)
+            except preemption.Stopped as stopped:
+                status = stopped
+    return status, printed.getvalue(), logged
+
+
+@pytest.fixture(scope='module')
+def val_pattern(tmp_path_factory):
+    return tiny_engine.write_val_shards(tmp_path_factory.mktemp('val'))
+
+
+@pytest.fixture(scope='module')
+def both_paths(val_pattern, tmp_path_factory):
+    """The same train_and_eval (3 epochs) in the session and epoch by epoch (a model whose
+    PREDICT spec has a prediction hook, which an evaluation in a kept session would not
+    run). Read only."""
+    runs = {}
+    for name, model in (('in_session', TinyModel()),
+                        ('by_epoch', TinyModel(prediction_hook=True))):
+        model_dir = str(tmp_path_factory.mktemp(name) / 'model')
+        status, printed, logged = _execute(engine_options(model_dir, val_pattern), model)
+        runs[name] = dict(model_dir=model_dir, status=status, printed=printed, logged=logged,
+                          builds=dict(model.builds))
+    return runs
+
+
+def test_three_evaluations_build_one_training_and_one_evaluation_graph(both_paths):
+    in_session, by_epoch = both_paths['in_session'], both_paths['by_epoch']
+    assert in_session['status'] == by_epoch['status'] == 0
+    assert in_session['builds'] == {'train': 1, 'infer': 1}
+    # 3 + 3, and the evaluation graph that showed the prediction hook.
+    assert by_epoch['builds'] == {'train': 3, 'infer': 3 + 1}
+    assert [line for line in by_epoch['logged'] if line.startswith('train_and_eval')] == [
+        'train_and_eval evaluates epoch by epoch (a train() call per epoch, Estimator.predict '
+        'per evaluation): the model_fn\'s PREDICT spec has prediction_hooks, which an '
+        'evaluation in a kept session would not run']
+    assert not [line for line in in_session['logged'] if 'epoch by epoch' in line]
+
+
+def test_both_paths_evaluate_the_same_checkpoints_to_the_same_metrics(both_paths):
+    """Same steps, same checkpoints (the tiny training is deterministic), same metrics
+    files, the same best checkpoint; each AP the EMA's hand-worked one."""
+    in_session, by_epoch = both_paths['in_session'], both_paths['by_epoch']
+    for run in (in_session, by_epoch):
+        assert checkpoint_steps(run['model_dir']) == [0, 2, 5, 7]
+        assert logged_steps(run['model_dir'], 'eval') == list(EPOCH_ENDS)
+    for step in EPOCH_ENDS:
+        checkpoints = [os.path.join(run['model_dir'], 'model.ckpt-%d' % step)
+                       for run in (in_session, by_epoch)]
+        assert tiny_engine.ema_shift(checkpoints[0]) == tiny_engine.ema_shift(checkpoints[1])
+        metrics = tiny_engine.read_metrics(in_session['model_dir'], step)
+        assert metrics == tiny_engine.read_metrics(by_epoch['model_dir'], step)
+        assert metrics['AP'] == tiny_engine.hand_ap(tiny_engine.ema_shift(checkpoints[0]))
+    assert (tiny_engine.best_record(in_session['model_dir'])
+            == tiny_engine.best_record(by_epoch['model_dir']))
+
+
+def test_a_signal_during_an_evaluation_stops_at_its_step_and_the_rerun_goes_on(val_pattern,
+                                                                                tmp_path):
+    """SIGUSR2 (SIGTERM's stand-in) while step 2 is evaluated: the evaluation ends, its
+    records are written, and the run stops at step 2 with that checkpoint (no step 3);
+    the rerun does not evaluate step 2 again and evaluates 5 and 7."""
+    model_dir = str(tmp_path / 'model')
+    options = engine_options(model_dir, val_pattern)
+    model = TinyModel(signal_in_evaluation_of=2)
+    stopped, _, _ = _execute(options, model)
+    assert model.signals_sent == [2]
+    assert isinstance(stopped, preemption.Stopped)
+    assert (stopped.signum, stopped.step, stopped.exit_status) == (signal.SIGTERM, 2, 143)
+    assert stopped.checkpoint == os.path.join(model_dir, 'model.ckpt-2')
+    assert checkpoint_steps(model_dir) == [0, 2]
+    assert logged_steps(model_dir, 'eval') == [2]
+    assert logged_steps(model_dir, 'train') == [2]
+    assert tiny_engine.best_record(model_dir)['step'] == 2
+
+    status, _, _ = _execute(options, TinyModel())
+    assert status == 0
+    assert checkpoint_steps(model_dir) == [0, 2, 5, 7]
+    assert logged_steps(model_dir, 'eval') == [2, 5, 7]
+
+
+def test_a_signal_during_an_epochs_last_step_stops_without_evaluating_it(val_pattern,
+                                                                          tmp_path):
+    """A signal after step 4: the ranks stop after step 5, an epoch's end; its checkpoint is
+    written and not evaluated (the run stops there)."""
+    model_dir = str(tmp_path / 'model')
+    options = engine_options(model_dir, val_pattern)
+    stopped, printed, _ = _execute(options, TinyModel(signal_at_step=4))
+    assert isinstance(stopped, preemption.Stopped)
+    assert (stopped.step, stopped.checkpoint) == (5, os.path.join(model_dir, 'model.ckpt-5'))
+    assert checkpoint_steps(model_dir) == [0, 2, 5]
+    assert logged_steps(model_dir, 'eval') == [2]
+    assert 'model.ckpt-5' not in printed
+
+
+def test_a_run_without_periodic_checkpoints_evaluates_epoch_by_epoch(val_pattern, tmp_path):
+    options = engine_options(str(tmp_path / 'model'), val_pattern, cp_every_n_steps=0)
+    with tiny_engine.tiny_run(options, TinyModel()) as run:
+        with training_eval.Evaluator(run) as evaluator:
+            assert training_eval.blocker(run, evaluator) == (
+                '--cp_every_n_steps=0: no checkpoint saver to write the evaluation steps\' '
+                'checkpoints')
+            assert evaluator.graph.finalized
+
+
+def test_describe_lists_the_steps():
+    assert training_eval.describe([7]) == 'evaluations at step 7, in the training session'
+    assert training_eval.describe([2, 5, 7]) == (
+        'evaluations at steps 2, 5 and 7, in the training session')

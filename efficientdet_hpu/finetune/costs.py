@@ -9,6 +9,8 @@ linearly (an assumption, said with the estimate). A rate the user measured
 """
 import dataclasses
 
+from efficientdet_hpu.config.model_variants import MODEL_VARIANTS
+
 # Multiply-adds (billions) at each variant's own image size: docs/models.md, the paper.
 FLOPS = {
     'efficientdet-lite0': 0.99, 'efficientdet-lite1': 2.01, 'efficientdet-lite2': 3.43,
@@ -17,13 +19,8 @@ FLOPS = {
     'efficientdet-d3': 24.9, 'efficientdet-d4': 55.2, 'efficientdet-d5': 130.0,
     'efficientdet-d6': 226.0, 'efficientdet-d7': 325.0, 'efficientdet-d7x': 410.0,
 }
-NATIVE_SIZE = {
-    'efficientdet-lite0': 320, 'efficientdet-lite1': 384, 'efficientdet-lite2': 448,
-    'efficientdet-lite3': 512, 'efficientdet-lite3x': 640, 'efficientdet-lite4': 640,
-    'efficientdet-d0': 512, 'efficientdet-d1': 640, 'efficientdet-d2': 768,
-    'efficientdet-d3': 896, 'efficientdet-d4': 1024, 'efficientdet-d5': 1280,
-    'efficientdet-d6': 1280, 'efficientdet-d7': 1536, 'efficientdet-d7x': 1536,
-}
+# Each variant's own image size, from the D0-D7x table.
+NATIVE_SIZE = {name: variant['image_size'] for name, variant in MODEL_VARIANTS.items()}
 MEASURED_CORES = 2
 
 

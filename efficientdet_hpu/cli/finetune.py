@@ -16,6 +16,7 @@ import sys
 from absl import app, flags
 
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner
 from efficientdet_hpu.finetune import stages
@@ -48,8 +49,9 @@ def define_flags():
                        lower_bound=0)
     flags.DEFINE_integer('steps', 0, 'Training steps (default: planned from the data and the '
                          'budget).', lower_bound=0)
-    flags.DEFINE_string('hparams', '', 'a=1,b.c=2 overrides on top of the plan (main.py\'s '
-                        'hparams keys).')
+    flags.DEFINE_string('hparams', '', 'a=1,b.c=2 overrides on top of the plan: main.py\'s '
+                        'hparams keys, and the run options %s.' % ', '.join(
+                            plan_file.RUN_OPTION_OVERRIDES))
     flags.DEFINE_bool('dry_run', False, 'Print the plan and stop; nothing is written.')
     flags.DEFINE_bool('verbose', False, 'Every command\'s output, TensorFlow\'s log lines, and '
                       'tracebacks with errors.')

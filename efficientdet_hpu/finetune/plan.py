@@ -311,5 +311,8 @@ def make_plan(data, hardware, request, advice=()) -> Plan:
                ('anchors', ', '.join('%s=%s' % item for item in anchors) + ' (the data doctor)'
                 if anchors else 'the model\'s own (the data doctor advised no change)'),
                ('batch', batch_why)]
+    if request.hparams:
+        reasons.append(('overrides', '%s from --hparams, in plan.yaml over the values below'
+                        % ', '.join('%s=%s' % item for item in request.hparams)))
     return dataclasses.replace(plan, reasons=tuple(
         reasons + _schedule_reasons(plan, steps_why, rate_source)))

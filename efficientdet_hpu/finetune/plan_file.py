@@ -33,6 +33,14 @@ def _nested(dotted):
     return result
 
 
+# main.py run options that plan.yaml sets and --hparams may override (they are counts): how
+# often to evaluate, log and checkpoint, how long, and early stop. A finer override than the
+# plan's gives main.py a schedule the plan's printed steps and time no longer describe, and the
+# plan says so in its `overrides` line.
+RUN_OPTION_OVERRIDES = ('num_examples_per_epoch', 'num_epochs', 'log_every_n_steps',
+                        'cp_every_n_steps', 'keep_checkpoint_max', 'early_stop_patience')
+
+
 def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> dict:
     """The plan as a main.py recipe (run options first, then hparams; `hparams` the
     --hparams overrides, last, so they win)."""

@@ -148,13 +148,27 @@ def _request(options, weights):
                         'file, edit the written plan.yaml and run main.py with it'
                         % options.hparams)
     overrides = hparams_config.parse_override_string(options.hparams or '')
+    run_options = {key: overrides[key] for key in overrides
+                   if key in plan_file.RUN_OPTION_OVERRIDES}
+    for key, value in run_options.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise UserError('--hparams: %s=%r is not a count; give a whole number >= 0 (a key '
+                            'of main.py\'s that plan.yaml sets)' % (key, value))
     hparams_config.Config(hparams_config.get_efficientdet_config(
-        options.model_name or plan_lib.DEFAULT_MODEL).as_dict()).override(overrides)
+        options.model_name or plan_lib.DEFAULT_MODEL).as_dict()).override(
+            {key: value for key, value in overrides.items() if key not in run_options})
     return plan_lib.Request(options.model_name, weights, options.max_minutes,
                             options.images_per_second, options.steps, tuple(overrides.items()))
 
 
-def doctor_advice(runner, first, train, request, user_hparams):
+def config_overrides(request) -> str:
+    """request's --hparams overrides of config keys (not main.py's run options) as 'a=1,b.c=2'
+    (values as JSON, which YAML reads back)."""
+    return ','.join('%s=%s' % (key, json.dumps(value)) for key, value in request.hparams
+                    if key not in plan_file.RUN_OPTION_OVERRIDES)
+
+
+def doctor_advice(runner, first, train, request):
     """The data doctor's advice (((key, value), ...)) for the first plan's model and size, on
     the training images it will train on (tiles when it tiles)."""
     layout = runner.layout
@@ -166,7 +180,7 @@ def doctor_advice(runner, first, train, request, user_hparams):
             and not (key == 'image_size' and first.tile_size)]
     hparams = ','.join(part for part in ('image_size=%d,jitter_min=%g,jitter_max=%g' % (
         first.image_size, plan_lib.SCHEDULE_KEYS['jitter_min'],
-        plan_lib.SCHEDULE_KEYS['jitter_max']), user_hparams) if part)
+        plan_lib.SCHEDULE_KEYS['jitter_max']), config_overrides(request)) if part)
     report = layout.doctor_json + '.tmp'
     try:
         runner.command('doctor', 'doctor', [
@@ -211,7 +225,7 @@ def plan_stage(runner, options):
     train, val = _read_json(layout.train_json), _read_json(layout.val_json)
     data = stats.from_coco(train, val)
     first = plan_lib.make_plan(data, machine, request)
-    advice = doctor_advice(runner, first, train, request, options.hparams)
+    advice = doctor_advice(runner, first, train, request)
     plan = plan_lib.make_plan(data, machine, request, advice)
     runner.say('\n'.join(plan_file.lines(plan)))
     content = plan_file.recipe(plan, *training_paths(layout, plan), request.hparams)

@@ -188,3 +188,14 @@ def test_memory_available_reads_meminfo(tmp_path):
     meminfo.write_text('MemTotal:       24000000 kB\nMemAvailable:   20971520 kB\n')
     assert hardware.memory_available_gb(str(meminfo)) == pytest.approx(20.0)
     assert hardware.memory_available_gb(str(tmp_path / 'absent')) > 0  # os.sysconf's figure.
+
+
+def test_run_option_overrides_reach_plan_yaml_and_the_printed_plan():
+    request = plan_lib.Request(steps=400, hparams=(('num_examples_per_epoch', 16),
+                                                   ('early_stop_patience', 0)))
+    plan = plan_lib.make_plan(ORTHO, plan_lib.Hardware(2, 2.2), request)
+    content = plan_file.recipe(plan, '/r/train-*', '/r/val-*', '/r/val.json', request.hparams)
+    assert content['num_examples_per_epoch'] == 16 and content['early_stop_patience'] == 0
+    assert plan.early_stop_patience != 0  # The plan's own, which the override replaced.
+    overrides = dict(plan.reasons)['overrides']
+    assert overrides.startswith('num_examples_per_epoch=16, early_stop_patience=0 from --hparams')

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import prepare
@@ -98,3 +99,30 @@ def test_hparams_are_overrides_not_a_recipe_file():
     with pytest.raises(UserError, match='image_sise'):
         prepare.check_flags(runner_lib.Layout('/nonexistent'), prepare.Options(
             data='d', output_dir='o', hparams='image_sise=256'))
+
+
+def test_hparams_may_override_the_plans_run_options_with_counts():
+    """num_examples_per_epoch and the other counts plan.yaml sets are main.py flags, not
+    hparams: accepted as overrides when they are whole numbers, refused otherwise; the plan
+    names them in its `overrides` line and plan.yaml carries them."""
+    request = prepare._request(prepare.Options(
+        data='d', output_dir='o', hparams='num_examples_per_epoch=200,early_stop_patience=0'),
+        plan_lib.Weights())
+    assert request.hparam('num_examples_per_epoch') == 200
+    assert request.hparam('early_stop_patience') == 0
+    for bad in ('early_stop_patience=off', 'num_examples_per_epoch=-4', 'num_epochs=2.5'):
+        with pytest.raises(UserError, match='is not a count; give a whole number'):
+            prepare._request(prepare.Options(data='d', output_dir='o', hparams=bad),
+                             plan_lib.Weights())
+    # A run option the plan does not set stays refused, naming the key.
+    with pytest.raises(UserError, match='training_file_pattern'):
+        prepare._request(prepare.Options(data='d', output_dir='o',
+                                         hparams='training_file_pattern=x'), plan_lib.Weights())
+    # The data doctor, which reads config keys only, gets the others, as main.py would read them.
+    request = prepare._request(prepare.Options(
+        data='d', output_dir='o', hparams='num_epochs=3,aspect_ratios=[[1.0,2.0],[2.0,1.0]],'
+        'nms_configs.method=hard,early_stop_patience=0'), plan_lib.Weights())
+    text = prepare.config_overrides(request)
+    assert 'early_stop_patience' not in text and 'num_epochs' not in text
+    assert hparams_config.parse_override_string(text) == {
+        'aspect_ratios': [[1.0, 2.0], [2.0, 1.0]], 'nms_configs.method': 'hard'}

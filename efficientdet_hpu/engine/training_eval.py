@@ -2,9 +2,10 @@
 final step, and at each evaluation step a session hook evaluates that step's checkpoint with
 an evaluation graph and session built once per run and kept.
 
-Before, each epoch was a train() call of its own and each evaluation an Estimator.predict():
-every cycle built the training graph and session again (and restored the checkpoint) and the
-evaluation graph before each evaluation (Lite0 at 320 px: ~30 s of a 75 s cycle).
+Why: with a train() call per epoch and an Estimator.predict() per evaluation, every cycle
+built the training graph and session again (and restored the checkpoint), and the evaluation
+graph before each evaluation: Lite0 at 320 px with an evaluation every 50 steps spent 24-25 s
+of CPU a cycle on it on a 2-core VM (`bench.py train_and_eval`, docs/benchmarks.md).
 
 What an evaluation does is unchanged (engine/checkpoint_eval.evaluate_checkpoint): every rank
 predicts its shard with the checkpoint's EMA weights, rank 0 gathers and scores, writes the

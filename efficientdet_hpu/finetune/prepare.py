@@ -198,7 +198,7 @@ def doctor_advice(runner, first, train, request):
                    '; %s: %.0f%%' % (', '.join(step['label'] for step in changed),
                                      100 * changed[-1]['coverage'][-1]) if changed else
                    ', no change advised'))
-    return tuple(doctor['advised_overrides'].items())
+    return tuple(doctor['advised_overrides'].items()), doctor['mean_class_coverage']
 
 
 def training_paths(layout, plan):
@@ -225,8 +225,8 @@ def plan_stage(runner, options):
     train, val = _read_json(layout.train_json), _read_json(layout.val_json)
     data = stats.from_coco(train, val)
     first = plan_lib.make_plan(data, machine, request)
-    advice = doctor_advice(runner, first, train, request)
-    plan = plan_lib.make_plan(data, machine, request, advice)
+    advice, coverage = doctor_advice(runner, first, train, request)
+    plan = plan_lib.make_plan(data, machine, request, advice, coverage)
     runner.say('\n'.join(plan_file.lines(plan)))
     content = plan_file.recipe(plan, *training_paths(layout, plan), request.hparams)
     with atomic_file.replacing(layout.plan_yaml, suffix='.yaml') as temporary:

@@ -225,11 +225,9 @@ def parse_image_size(image_size):
     return int(height), int(width)
 
 
-def parse_override_string(text):
-    """Parses 'a=1,b.c=2,l=[1,2]' into {'a': 1, 'b.c': 2, 'l': [1, 2]}.
-
-    Values are YAML scalars or flow lists; commas inside brackets do not split.
-    """
+def override_texts(text):
+    """'a=1,b.c=[1, 2]' -> {'a': '1', 'b.c': '[1, 2]'}: each key's value as typed (commas
+    inside brackets do not split), for parse_override_string and for messages."""
     items, depth, current = [], 0, ''
     for char in text:
         depth += {'[': 1, ']': -1}.get(char, 0)
@@ -247,11 +245,22 @@ def parse_override_string(text):
             raise ConfigError("hparams entry %r is not of the form key=value "
                               "(e.g. --hparams=num_classes=3,image_size=640x384)" % item)
         key, raw = item.split('=', 1)
+        result[key.strip()] = raw
+    return result
+
+
+def parse_override_string(text):
+    """Parses 'a=1,b.c=2,l=[1,2]' into {'a': 1, 'b.c': 2, 'l': [1, 2]}.
+
+    Values are YAML scalars or flow lists; commas inside brackets do not split.
+    """
+    result = {}
+    for key, raw in override_texts(text).items():
         try:
             value = yaml.safe_load(raw) if raw.strip() else ''
         except yaml.YAMLError:
             value = raw
-        result[key.strip()] = value
+        result[key] = value
     return result
 
 

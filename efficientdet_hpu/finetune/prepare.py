@@ -152,8 +152,9 @@ def _request(options, weights):
                    if key in plan_file.RUN_OPTION_OVERRIDES}
     for key, value in run_options.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise UserError('--hparams: %s=%r is not a count; give a whole number >= 0 (a key '
-                            'of main.py\'s that plan.yaml sets)' % (key, value))
+            raise UserError('--hparams: %s=%s is not a count; give a whole number >= 0 (a key '
+                            'of main.py\'s that plan.yaml sets)' % (
+                                key, hparams_config.override_texts(options.hparams)[key].strip()))
     hparams_config.Config(hparams_config.get_efficientdet_config(
         options.model_name or plan_lib.DEFAULT_MODEL).as_dict()).override(
             {key: value for key, value in overrides.items() if key not in run_options})

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 
 import pytest
 
@@ -111,7 +112,9 @@ def test_hparams_may_override_the_plans_run_options_with_counts():
     assert request.hparam('num_examples_per_epoch') == 200
     assert request.hparam('early_stop_patience') == 0
     for bad in ('early_stop_patience=off', 'num_examples_per_epoch=-4', 'num_epochs=2.5'):
-        with pytest.raises(UserError, match='is not a count; give a whole number'):
+        # The message shows the value as typed ('off', not YAML's False).
+        with pytest.raises(UserError, match=re.escape('%s is not a count; give a whole number'
+                                                      % bad)):
             prepare._request(prepare.Options(data='d', output_dir='o', hparams=bad),
                              plan_lib.Weights())
     # A run option the plan does not set stays refused, naming the key.

@@ -35,23 +35,26 @@ class Measured:
     source: str
 
 
-# Lite0: make trees (docs/trees.md), 2000 steps of 8 tiles in 44 min with 20 evaluations of
-# 20 tiles: 2640 s = 100 s start-up + 20 x (30 s + 20 tiles / 3x the rate) + 16,000 / rate,
-# so 8.3 images/s, taken as 8 (the start-up and the evaluations' 30 s are estimates too) (main.py --benchmark at batch 8 gave 4.3 images/s on this VM while a
-# test suite loaded both cores, 2026-11-26). Memory: that benchmark's peak, 2.33 GB at batch 8
-# (fake data, one class), over an assumed 1.0 GB base (D0's measured one is 1.3 GB), rounded
-# up: 0.2 GB an image.
-LITE0 = Measured('efficientdet-lite0', 8.0, 1.0, 0.2,
-                 'make trees: Lite0 at 320 px, 2000 steps of 8 in 44 min on a 2-core CPU, '
-                 'docs/trees.md')
+# Lite0: make trees (docs/trees.md) with the evaluations in the training session (2026-11-26):
+# 2000 steps of 8 tiles in 1606 s of training steps, 9.96 images/s (a few minutes of it beside
+# other measurements), taken as 10; the plan's own deepforest run on the quiet machine trained
+# at 11.4. Memory: main.py --benchmark's peak, 2.33 GB at batch 8 (fake data, one class), over
+# an assumed 1.0 GB base (D0's measured one is 1.3 GB), rounded up: 0.2 GB an image.
+LITE0 = Measured('efficientdet-lite0', 10.0, 1.0, 0.2,
+                 'make trees: Lite0 at 320 px, 2000 steps of 8 in 1606 s of training steps on '
+                 'a 2-core CPU, docs/trees.md')
 # D0: docs/benchmarks-vm.md (1.13 images/s at batch 2) and docs/training.md (peak host
 # memory 3.0 GB at batch 2, 8.1 GB at batch 8: 0.85 GB an image over 1.3 GB).
 D0 = Measured('efficientdet-d0', 1.13, 1.3, 0.85,
               'make bench: D0 at 512 px, 1.13 images/s on a 2-core CPU, '
               'docs/benchmarks-vm.md')
 
-STARTUP_SECONDS = 100  # Graph, session, first step: Lite0 106 s (loaded VM), D0 69-73 s.
-EVAL_SECONDS = 30  # Per evaluation during training besides its images: graph, restore, COCO.
+# Graph, session, first step (the run's wall-time line): Lite0 30-35 s quiet, 52 s on a busy
+# machine; D0 at 512 px 35-42 s (docs/dev/performance-notes.md).
+STARTUP_SECONDS = 45
+# Per evaluation during training besides its images (in the training session: no rebuild):
+# COCO, the analysis, best/: make trees' 20 of 20 tiles took 33 s in all, 1.7 s each.
+EVAL_SECONDS = 5
 INFERENCE_SPEEDUP = 3.0  # Predicting an image costs about a third of training on it.
 CONVERT_IMAGES_PER_SECOND = 4.0  # The converter on 2 cores (make trees-data: 3.7 tiles/s).
 DOCTOR_SECONDS = 40  # python -m dataset.doctor: TensorFlow's import and the anchor search.

@@ -30,8 +30,8 @@ from efficientdet_hpu.finetune import stats
 
 STAGES = 6
 GRACE_SECONDS = 900  # After the budget's stop signal: the checkpoint, or an evaluation's end.
-# Training runs at least this long under a budget: main.py's start-up takes 1-2 min (Lite0:
-# 106 s), and a stop before its first step would leave nothing to evaluate.
+# Training runs at least this long under a budget: main.py's start-up takes 30-60 s (Lite0 on a
+# busy machine: 52 s), and a stop before its first step would leave nothing to evaluate.
 MIN_TRAINING_SECONDS = 180
 
 

@@ -228,40 +228,31 @@ def parse_image_size(image_size):
 def override_texts(text):
     """'a=1,b.c=[1, 2]' -> {'a': '1', 'b.c': '[1, 2]'}: each key's value as typed (commas
     inside brackets do not split), for parse_override_string and for messages."""
-    items, depth, current = [], 0, ''
-    for char in text:
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(text):
         depth += {'[': 1, ']': -1}.get(char, 0)
         if char == ',' and depth == 0:
-            items.append(current)
-            current = ''
-        else:
-            current += char
-    items.append(current)
-    result = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        if '=' not in item:
-            raise ConfigError("hparams entry %r is not of the form key=value "
-                              "(e.g. --hparams=num_classes=3,image_size=640x384)" % item)
-        key, raw = item.split('=', 1)
-        result[key.strip()] = raw
-    return result
+            items.append(text[start:index])
+            start = index + 1
+    items = [item.strip() for item in items + [text[start:]] if item.strip()]
+    malformed = [item for item in items if '=' not in item]
+    if malformed:
+        raise ConfigError("hparams entry %r is not of the form key=value "
+                          "(e.g. --hparams=num_classes=3,image_size=640x384)" % malformed[0])
+    return {key.strip(): raw for key, raw in (item.split('=', 1) for item in items)}
+
+
+def _yaml_value(raw):
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ''
+    except yaml.YAMLError:
+        return raw
 
 
 def parse_override_string(text):
-    """Parses 'a=1,b.c=2,l=[1,2]' into {'a': 1, 'b.c': 2, 'l': [1, 2]}.
-
-    Values are YAML scalars or flow lists; commas inside brackets do not split.
-    """
-    result = {}
-    for key, raw in override_texts(text).items():
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ''
-        except yaml.YAMLError:
-            value = raw
-        result[key] = value
-    return result
+    """Parses 'a=1,b.c=2,l=[1,2]' into {'a': 1, 'b.c': 2, 'l': [1, 2]}: YAML scalars or flow
+    lists, split by override_texts."""
+    return {key: _yaml_value(raw) for key, raw in override_texts(text).items()}
 
 
 def flatten_keys(mapping, prefix=''):

@@ -298,6 +298,17 @@ def taken_advice(advice, coverage):
                                                  100 * KEEP_SCALE_COVERAGE))
 
 
+def _anchors_reason(anchors, not_taken):
+    """The plan's `anchors` line: the doctor's values it takes, then what it declines."""
+    if anchors:
+        taken = ', '.join('%s=%s' % item for item in anchors) + ' (the data doctor)'
+    elif not_taken:
+        taken = 'the model\'s own'
+    else:
+        taken = 'the model\'s own (the data doctor advised no change)'
+    return '; '.join(part for part in (taken, not_taken) if part)
+
+
 def make_plan(data, hardware, request, advice=(), coverage=None) -> Plan:
     """The plan for `data` (stats.DataStats) on `hardware` as `request` asks; `advice`: the
     data doctor's ((key, value), ...) for this plan's model and image size, `coverage` its
@@ -328,11 +339,7 @@ def make_plan(data, hardware, request, advice=(), coverage=None) -> Plan:
                ('image size', '%s px: %s' % (image_size or request.hparam('image_size'),
                                              size_why)),
                ('tiling', tile_why),
-               ('anchors', '; '.join(part for part in (
-                   ', '.join('%s=%s' % item for item in anchors) + ' (the data doctor)'
-                   if anchors else 'the model\'s own' + (
-                       '' if not_taken else ' (the data doctor advised no change)'),
-                   not_taken) if part)),
+               ('anchors', _anchors_reason(anchors, not_taken)),
                ('batch', batch_why)]
     if request.hparams:
         reasons.append(('overrides', '%s from --hparams, in plan.yaml over the values below'

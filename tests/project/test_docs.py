@@ -34,7 +34,25 @@ What is checked:
   - `make X`: X is a target of the Makefile;
   - a relative link `[text](path)` outside code points to an existing file, and a `#anchor`
     into a markdown file names one of its headings (GitHub's heading ids);
-  - README.md starts with the two set-up commands and links every docs/ page.
+  - README.md starts with the two set-up commands, links every docs/ page and is at most
+    12 KB (README_LIMIT bytes): detail goes to the pages;
+  - the Kubernetes command of README.md and k8s/README.md, run as written up to `kubectl`, gives
+    the manifest with the image it names and nothing else changed (envsubst).
+
+User pages say what is (README.md, k8s/README.md and docs/*.md outside docs/dev/, which holds
+history and lab notes with their dates); in their prose (fenced blocks are program output and
+are not read):
+  - no issue or pull-request number (`issue 32`, `issue #32`, `PR 7`): the commit log has those;
+  - a date (YYYY-MM-DD) only in a measurement stamp, the fixed form, on one line, that ends
+    the sentence of a measured number: `(` + the command in backticks (a few words after it
+    may say how it ran) + `, ` + a machine named in the table of docs/benchmarks.md#machines
+    + `, ` + the date + `)`, e.g. "(`make demo`, 2-core EPYC AVX-512, 2026-11-27)". A dated
+    sentence that is not a measurement ("on 2026-11-26 the code changed ...") has no such
+    stamp and fails. The pages
+    `make bench` writes (docs/benchmarks-<host>.md) keep the header line it writes
+    (`Measured <date> <time> by `make bench``);
+  - none of the lab-notebook phrases of LAB_NOTES ("this session", "the aim of", "(was ...)",
+    "the code before", ...), each with why.
 """
 
 import contextlib
@@ -45,12 +63,14 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
+import yaml
 
-from cli_runs import kill_group, started
+from cli_runs import kill_group, run_process, started
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC_FILES = sorted([ROOT / 'README.md', *(ROOT / 'docs').rglob('*.md'), ROOT / 'k8s' / 'README.md'])
@@ -543,3 +563,148 @@ def test_rule_details():
     assert (call.kind, call.entry_point, subcommand_word(call.args)) == (
         'script', 'inference.py', 'export')
     assert flag_words(call.args) == [('formats', False)]
+
+
+# ------------------------------------------------------------------------ pages say what is
+README_LIMIT = 12 * 1024  # bytes: the README routes; the pages hold the detail.
+MACHINES_PAGE = ROOT / 'docs' / 'benchmarks.md'
+_ISSUE_REFERENCE = re.compile(r'\b(?:issues?|PR|pull requests?)\s*#?\s*\d+\b', re.I)
+_DATE = re.compile(r'(?<![\d-])\d{4}-\d{2}-\d{2}(?![\d-])')
+_STAMP = re.compile(r'\(`[^`\n]+`[^(),`\n]*, ([^()`,\n]+), (\d{4}-\d{2}-\d{2})\)')
+_GENERATED_PAGE = re.compile(r'^benchmarks-[\w.-]+\.md$')  # what `make bench` writes
+_GENERATED_HEADER = re.compile(r'^Measured \d{4}-\d{2}-\d{2} \d{2}:\d{2} by `make bench`')
+# (pattern, why it is a lab note and not a fact about the code), matched case-insensitively.
+LAB_NOTES = (
+    (r'\bthis session\b', "a session is the writer's, not the reader's"),
+    (r'\bthe aim of\b', 'an aim is a plan: the page says what the code does'),
+    (r'\((?:was|were) [^)]*\)', 'a former value is history'),
+    (r'\bthe code before\b|\bbefore (?:this|the) (?:change|fix|commit)\b',
+     'a comparison with former code is history'),
+    (r'\bfrom here\b', "the writer's machine is not the reader's"),
+)
+
+
+def user_pages():
+    """README.md, k8s/README.md and docs/*.md outside docs/dev/."""
+    return [path for path in DOC_FILES if ROOT / 'docs' / 'dev' not in path.parents]
+
+
+def machines(text):
+    """The machine names of the `## Machines` table of a page: its rows' first cells."""
+    section = re.search(r'^## Machines\n(.*?)(?=^## |\Z)', text, re.S | re.M)
+    rows = re.findall(r'^\| *([^|]+?) *\|', section.group(1), re.M) if section else []
+    return {row for row in rows if not set(row) <= set(':- ') and row != 'machine'}
+
+
+def what_is_problems(name, text, known_machines):
+    """'name:line: problem' for each issue number, unstamped date and lab note in the prose."""
+    problems, generated = [], bool(_GENERATED_PAGE.match(pathlib.Path(name).name))
+    for number, line in enumerate(without_code(text, inline=False).split('\n'), 1):
+        where = '%s:%d' % (name, number)
+        problems += ['%s: %r: an issue number; the commit log has it' % (where, match.group(0))
+                     for match in _ISSUE_REFERENCE.finditer(line)]
+        stamped = set()
+        for match in _STAMP.finditer(line):
+            stamped.add(match.start(2))
+            if match.group(1) not in known_machines:
+                problems.append('%s: machine %r of a measurement stamp is not in the table of '
+                                'docs/benchmarks.md#machines (%s)' % (
+                                    where, match.group(1), ', '.join(sorted(known_machines))))
+        if generated and _GENERATED_HEADER.match(line):
+            continue
+        problems += ['%s: date %s outside a measurement stamp (`command`, machine, date); a '
+                     'dated note belongs in docs/dev/ or the commit log' % (where, match.group(0))
+                     for match in _DATE.finditer(line) if match.start() not in stamped]
+        problems += ['%s: %r: %s' % (where, match.group(0), why) for pattern, why in LAB_NOTES
+                     for match in re.finditer(pattern, line, re.I)]
+    return problems
+
+
+def test_user_pages_say_what_is():
+    known = machines(MACHINES_PAGE.read_text())
+    assert known, 'docs/benchmarks.md has no ## Machines table naming the machines'
+    problems = []
+    for path in user_pages():
+        problems += what_is_problems(str(path.relative_to(ROOT)), path.read_text(), known)
+    assert not problems, '\n'.join(problems)
+
+
+def test_what_is_rule_on_planted_text():
+    page = '\n'.join([
+        'Fixed in issue 32, see issue #40 and PR 7.',                      # 1: three numbers
+        'It takes 6 min 31 s (`make demo` on a quiet machine, 2-core EPYC AVX-512, 2026-11-26).',
+        'On 2026-11-26 the evaluations moved into the session.',           # 3: a dated note
+        'AP 0.391 (`make demo`, a laptop, 2026-11-26).',                   # 4: unknown machine
+        '6 min 31 s (was 6:27), against the aim of 1.25x; the code before it took 44.',  # 5
+        '```text', 'started 2026-11-24 12:03:41 UTC', '```',              # 6-8: output
+        'Measured 2026-11-23 16:26 by `make bench`.'])                      # 9: not generated
+    problems = what_is_problems('docs/x.md', page, {'2-core EPYC AVX-512'})
+    lines = [problem.split(':')[1] for problem in problems]
+    assert lines == ['1', '1', '1', '3', '4', '5', '5', '5', '9'], '\n'.join(problems)
+    assert what_is_problems('docs/benchmarks-vm.md', page.split('\n')[-1], set()) == []
+    table = '## Machines\n\n| machine | CPU |\n|---|---|\n| 2-core EPYC AVX2 | AMD EPYC |\n## Next'
+    assert machines(table) == {'2-core EPYC AVX2'}
+
+
+def test_readme_fits_in_12_kb():
+    size = len((ROOT / 'README.md').read_bytes())
+    assert size <= README_LIMIT, (
+        'README.md is %d bytes, over %d: move detail to the docs/ page that holds it and link '
+        'it' % (size, README_LIMIT))
+
+
+# --------------------------------------------------------------- the Kubernetes command
+def kubernetes_commands(text):
+    """The lines of a page's command blocks that pipe a manifest through envsubst to kubectl."""
+    return [line for language, start, body in code_blocks(text) if language in COMMAND_LANGUAGES
+            for _, line in joined_lines(start, body) if 'envsubst' in line and 'kubectl' in line]
+
+
+def test_kubernetes_command_applies_the_manifest_with_its_image():
+    """README's Kubernetes line and k8s/README.md's, run as written up to `| kubectl` (with the
+    image README's line names; k8s/README.md's lines follow an `export EFFICIENTDET_IMAGE=...`,
+    so the test exports one): the YAML kubectl would get is the manifest with that image in
+    every `image:`, no `${` left, and nothing else changed (the pods' shell scripts keep their
+    own `$sshd`, `$pid`: envsubst is limited to the one variable)."""
+    assert shutil.which('envsubst'), 'envsubst is missing: apt-get install gettext-base'
+    lines = kubernetes_commands((ROOT / 'README.md').read_text())
+    assert len(lines) == 1, 'README.md should show one Kubernetes command line: %s' % lines
+    lines += kubernetes_commands((ROOT / 'k8s' / 'README.md').read_text())
+    manifests = set()
+    for line in lines:
+        producer = line.split('| kubectl')[0]
+        # The image the line names itself, or (k8s/README.md: `export EFFICIENTDET_IMAGE=...`
+        # on a line before) one the test exports.
+        assignment = re.search(r'\bEFFICIENTDET_IMAGE=(\S+)', producer)
+        image = assignment.group(1) if assignment else 'registry.example.com/team/edet:gaudi-1'
+        env = {key: value for key, value in os.environ.items() if key != 'EFFICIENTDET_IMAGE'}
+        if not assignment:
+            env['EFFICIENTDET_IMAGE'] = image
+        result = run_process(['bash', '-c', producer], timeout=30, env=env,
+                             stderr=subprocess.PIPE)
+        assert result.returncode == 0, '%s\n%s' % (line, result.stderr)
+        manifest = re.search(r'<\s*(k8s/\S+\.yaml)', producer).group(1)
+        manifests.add(manifest)
+        original = (ROOT / manifest).read_text()
+        assert '${EFFICIENTDET_IMAGE}' in original
+        assert result.stdout == original.replace('${EFFICIENTDET_IMAGE}', image), line
+        assert '${' not in result.stdout, line
+        (job,) = yaml.safe_load_all(result.stdout)
+        for replica in job['spec']['mpiReplicaSpecs'].values():
+            for container in replica['template']['spec']['containers']:
+                assert container['image'] == image, (line, container['name'])
+    assert manifests == {'k8s/mpijob-efficientdet-8card.yaml',
+                         'k8s/mpijob-efficientdet-habana-style.yaml'}, manifests
+
+
+def test_gaudi_dockerfile_names_habanas_image_in_full():
+    """docker/Dockerfile.gaudi builds without a --build-arg: its BASE_IMAGE default is a full
+    image reference (registry host, path, tag) of SynapseAI 1.14's TensorFlow 2.15.0 image, the
+    one docs/hpu.md names."""
+    match = re.search(r'^ARG BASE_IMAGE=(\S+)$', (ROOT / 'docker' / 'Dockerfile.gaudi').read_text(),
+                      re.M)
+    assert match, 'docker/Dockerfile.gaudi: no ARG BASE_IMAGE=<default>'
+    image = match.group(1)
+    assert re.match(r'^[a-z0-9-]+(\.[a-z0-9-]+)+/[\w./-]+:[\w.-]+$', image), image
+    assert '/1.14.0/' in image and 'tf-cpu-2.15.0' in image, image
+    assert image in (ROOT / 'docs' / 'hpu.md').read_text(), 'docs/hpu.md should name ' + image

@@ -3,7 +3,8 @@
 The packages stand in a line; a module imports only from its own package or from packages
 before it (tests/project/test_layout.py checks it, and that no modules import in a cycle):
 
-  core        the error policy, atomic files, TensorFlow's process settings, root-name shims
+  core        the error policy, atomic files, TensorFlow's process settings, root-name shims,
+              every command's --help
   ops         pure functions and layers over tensors: boxes, anchors, losses, NMS, conv/BN
   config      the D0-D7x table and defaults, recipes, run options, automl's and Habana's keys
   runtime     devices, Horovod ranks and collectives, Habana settings, rank-tagged logging

@@ -25,6 +25,7 @@ from absl import app, flags
 
 from efficientdet_hpu.benchmarks import profile_parts
 from efficientdet_hpu.benchmarks import report
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.errors import UserError
@@ -293,6 +294,7 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

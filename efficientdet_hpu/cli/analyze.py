@@ -17,6 +17,7 @@ from absl import app, flags  # pylint: disable=wrong-import-position
 from PIL import Image  # pylint: disable=wrong-import-position
 
 from efficientdet_hpu.analysis import report as analysis_report  # noqa: E402
+from efficientdet_hpu.core import command_help  # noqa: E402
 from efficientdet_hpu.core import errors  # noqa: E402
 from efficientdet_hpu.core.errors import UserError  # noqa: E402
 from efficientdet_hpu.data import anchor_coverage  # noqa: E402
@@ -129,6 +130,7 @@ def entry_point():
                        'this (default: the score of the best F1 at IoU 0.5).')
     flags.DEFINE_integer('worst', analysis_report.WORST_COUNT, 'Worst images to draw.')
     flags.DEFINE_bool('verbose', False, 'Tracebacks with errors.')
+    command_help.install(__name__)
     app.run(main)
 
 

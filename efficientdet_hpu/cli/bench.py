@@ -31,6 +31,7 @@ from absl import app, flags
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError, emit, parse_batch_sizes
 from efficientdet_hpu.config import recipe
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 
 FLAGS = flags.FLAGS
@@ -261,6 +262,7 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__, subcommands=COMMANDS)
     app.run(main)
 
 

@@ -35,7 +35,7 @@ __all__ = ['ClusterConfigError', 'Host', 'Launch', 'LaunchError', 'LauncherArgs'
            'build_launch', 'describe', 'entry_point', 'exec_single_process', 'main',
            'model_dir_from', 'parse_launcher_argv', 'run_mpirun']
 
-USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --helpfull>
+USAGE = """usage: python demo_efficientdet.py [launcher flags] <main.py flags: main.py --help>
   --use_horovod N   ranks per box, run under mpirun (N >= 1)
   --hls_type T      box type for the HCL config: HLS1 (8 Gaudi), HLS1-H (4), HLS2 (8 Gaudi2)
   --kubernetes_run  run inside an MPIJob launcher pod (hostfile from the mpi-operator); under

@@ -1,4 +1,4 @@
-r"""Fine-tune EfficientDet on a folder of your photos in one command (issue 33):
+r"""Fine-tune EfficientDet on a folder of your photos in one command:
 
     python finetune.py --data=photos/ --output_dir=runs/mine [--val_data=DIR]
         [--weights=efficientnet-lite0-57934424.pth] [--max_minutes=30] [--dry_run]
@@ -15,6 +15,7 @@ import sys
 
 from absl import app, flags
 
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
@@ -91,6 +92,7 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

@@ -23,6 +23,7 @@ from efficientdet_hpu.core import tf_env  # (before anything imports tensorflow)
 from absl import app, flags
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import export
@@ -186,6 +187,7 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__, subcommands=COMMANDS)
     app.run(main)
 
 

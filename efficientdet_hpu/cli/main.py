@@ -14,11 +14,8 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import legacy_flags
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config.options import RunOptions
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
-from efficientdet_hpu.runtime import distributed
-from efficientdet_hpu.engine import loops
-from efficientdet_hpu.engine import preemption
-from efficientdet_hpu.engine import setup
 
 FLAGS = flags.FLAGS
 
@@ -118,7 +115,16 @@ def resolve():
     return options, config, recipe_values.explicit_keys
 
 
+def run_modules():
+    """The run's modules. They import TensorFlow, seconds that --help does without."""
+    # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.engine import loops, preemption, setup
+    from efficientdet_hpu.runtime import distributed
+    return loops, preemption, setup, distributed
+
+
 def main(argv):
+    loops, preemption, setup, distributed = run_modules()
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
     tf_env.quiet_python_logging(FLAGS.verbose)
@@ -146,6 +152,9 @@ def main(argv):
 
 def entry_point():
     define_flags()
+    command_help.install(__name__)
+    if not command_help.asks_for_help():
+        run_modules()  # TensorFlow's own absl flags exist before parsing, as they always have
     app.run(main, flags_parser=legacy_flags.parse_flags)
 
 

@@ -29,6 +29,7 @@ from efficientdet_hpu.cli import inspect_modes
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.config import settings
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.network import efficientdet_arch
 
@@ -45,6 +46,7 @@ def define_flags():
     flags.DEFINE_string('hparams', '', "Overrides 'a=1,b=2' and/or a YAML file.")
     flags.DEFINE_integer('num_classes', None, 'Number of classes (default: the config, 90).')
     inspect_modes.define_flags()
+    flags.adopt_module_key_flags(inspect_modes)  # automl's run modes: a group of --help
 
 
 def resolve_config(model_name, image_size=None, hparams='', num_classes=None):
@@ -118,6 +120,7 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

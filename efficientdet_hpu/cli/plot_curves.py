@@ -15,6 +15,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import atomic_file  # pylint: disable=wrong-import-position
 from efficientdet_hpu.engine import train_log  # pylint: disable=wrong-import-position
@@ -99,6 +100,7 @@ def entry_point():
     flags.DEFINE_string('model_dir', None, 'Run directory holding train_log.jsonl.')
     flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
     flags.mark_flag_as_required('model_dir')
+    command_help.install(__name__)
     app.run(main)
 
 

@@ -33,6 +33,7 @@ from absl import flags
 import tensorflow as tf
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.data import label_map as label_map_lib
@@ -335,6 +336,7 @@ def main(argv) -> None:
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

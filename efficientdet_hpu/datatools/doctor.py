@@ -180,7 +180,9 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     from absl import app, flags as absl_flags  # pylint: disable=g-import-not-at-top
+    from efficientdet_hpu.core import command_help  # pylint: disable=g-import-not-at-top
     _define_flags(absl_flags)
+    command_help.install(__name__)
     app.run(main)
 
 

@@ -23,6 +23,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import tensorflow as tf
 
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.core.errors import UserError, fail
 from efficientdet_hpu.data import label_map as label_map_lib
@@ -260,6 +261,7 @@ def main(argv) -> None:
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__)
     app.run(main, flags_parser=parse_flags)
 
 

@@ -28,6 +28,7 @@ from absl import flags
 from PIL import Image
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 
 FLAGS = flags.FLAGS
@@ -203,6 +204,7 @@ def main(argv) -> None:
 
 def entry_point():
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

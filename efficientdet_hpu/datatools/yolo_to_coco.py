@@ -39,6 +39,7 @@ from PIL import Image
 import yaml
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.datatools import voc_to_coco
 
@@ -276,6 +277,7 @@ def main(argv) -> None:
 
 def entry_point():
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

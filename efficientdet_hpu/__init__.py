@@ -28,7 +28,33 @@ before it (tests/project/test_layout.py checks it, and that no modules import in
 Installed (`pip install .`), this package is the only top-level name; the checkout's root also
 keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,
 dataset/, ...) as thin modules over it (core/compat.py).
+
+From Python (docs/python-api.md): `from efficientdet_hpu import Detector` (serving/python_api.py)
+and `efficientdet_hpu.train(...)` (cli/training_run.py). They stand at the end of the line, as
+the package's face, and load on first use (PEP 562), so `import efficientdet_hpu` stays cheap:
+no TensorFlow, and test_layout.py still reads LAYERS from this file alone.
 """
+import importlib
+
 LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'evaluation', 'backbone',
           'network', 'checkpoints', 'training', 'engine', 'serving', 'datatools', 'benchmarks',
           'finetune', 'launch', 'cli')
+
+# name -> module defining it; imported when the name is first looked up.
+EXPORTS = {'Detector': 'efficientdet_hpu.serving.python_api',
+           'Detections': 'efficientdet_hpu.serving.results',
+           'train': 'efficientdet_hpu.cli.training_run',
+           'TrainingRun': 'efficientdet_hpu.cli.training_run'}
+__all__ = ['LAYERS'] + sorted(EXPORTS)
+
+
+def __getattr__(name):
+    if name not in EXPORTS:
+        raise AttributeError('module %r has no attribute %r' % (__name__, name))
+    value = getattr(importlib.import_module(EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(EXPORTS))

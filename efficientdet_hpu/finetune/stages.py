@@ -167,7 +167,8 @@ def evaluation_stage(runner, plan, record, checkpoint):
                             report.DEFAULT_THRESHOLD if threshold is None else threshold,
                             layout.picture)
     with open(os.path.join(layout.analysis, 'analysis.txt')) as stream:
-        runner.say('\n'.join('  ' + line for line in stream.read().splitlines()[:3]))
+        short = stream.read().split('\n\n')[0]  # analysis.txt's first block: its log lines.
+        runner.say('\n'.join('  ' + line for line in short.splitlines()))
     return metrics
 
 

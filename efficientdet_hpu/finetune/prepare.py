@@ -36,6 +36,7 @@ class Options:
     val_data: str = ''
     val_photos: tuple = ()
     single_class: str = ''
+    drop_orphan_labels: bool = False
     weights: str = ''
     model_name: str = ''
     max_minutes: float = 0.0
@@ -84,12 +85,14 @@ def _validation(options, dataset):
     if options.val_data and options.val_photos:
         raise UserError('give --val_data=DIR or --val_photos=NAMES, not both')
     if options.val_data:
-        held = inputs.read('val_data', options.val_data, options.single_class)
+        held = inputs.read('val_data', options.val_data, options.single_class,
+                           options.drop_orphan_labels)
         val = inputs.align_categories(dataset.coco, held.coco, '--val_data=%s' % options.val_data)
         return dataset.coco, val, held.image_dir, '--val_data: ' + held.line()
     if dataset.val_dir and not options.val_photos:
         names = [c['name'] for c in dataset.coco['categories']]
-        val = inputs.yolo_to_coco.coco_dataset(dataset.val_dir, names)
+        val = inputs.yolo_to_coco.coco_dataset(dataset.val_dir, names, None,
+                                               options.drop_orphan_labels)
         if options.single_class:
             val = inputs.merge_classes(val, options.single_class)
         return dataset.coco, val, dataset.val_dir, 'the val: images of the data.yaml'
@@ -116,7 +119,7 @@ def data_stage(runner, options):
             record = json.load(stream)
         runner.say('  %s\n  %s (from %s)' % (record['line'], record['split'], layout.data))
         return record
-    dataset = inputs.read('data', options.data, options.single_class)
+    dataset = inputs.read('data', options.data, options.single_class, options.drop_orphan_labels)
     runner.say('  ' + dataset.line())
     train, val, val_image_dir, how = _validation(options, dataset)
     names = [inputs.photo_name(image) for image in val['images']]

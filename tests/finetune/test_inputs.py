@@ -1,5 +1,6 @@
 """finetune/inputs.py and weights.py: which format a folder holds, the errors for what is not
 one, the split by photo, and what --weights names. Plain Python and PIL, no TensorFlow."""
+import json
 import os
 import subprocess
 import sys
@@ -65,6 +66,64 @@ def test_bad_files_stop_with_the_converters_own_errors(tmp_path):
         stream.write('0 0.5 0.5 3.0 0.2\n')
     with pytest.raises(YoloError, match=r'y0.txt:1: w=3.0 is outside \[0, 1\]'):
         inputs.read('data', yolo)
+
+
+def test_a_cut_coco_json_is_named_with_its_parse_error_not_called_no_annotations(tmp_path):
+    coco = make_coco(str(tmp_path / 'coco'))
+    path = os.path.join(coco, 'instances.json')
+    with open(path) as stream:
+        text = stream.read()
+    with open(path, 'w') as stream:
+        cut = text[:text.index('"annotations"')]  # An interrupted copy: '..., '.
+        stream.write(cut)
+    expected = ('%s:1:%d: not valid JSON: Expecting property name enclosed in double quotes; '
+                'the file ends there, cut short (an interrupted download or copy?): get it '
+                'again' % (path, len(cut) + 1))
+    with pytest.raises(inputs.InputError) as raised:
+        inputs.read('data', coco)
+    assert str(raised.value) == '--data=%s: %s' % (coco, expected)
+    with pytest.raises(inputs.InputError) as raised:
+        inputs.read('val_data', path)
+    assert str(raised.value) == '--val_data=' + expected
+    # A stray character mid-file: the position, and "fix the file there".
+    with open(path, 'w') as stream:
+        stream.write(text.replace('"images": [', '"images": ]', 1) + '\n')
+    column = text.index('"images": [') + len('"images": ') + 1
+    with pytest.raises(inputs.InputError, match=r'instances.json:1:%d: not valid JSON: Expecting '
+                                                r'value; fix the file there$' % column):
+        inputs.read('data', coco)
+    # A broken JSON beside a plain VOC set is not the data set: ignored.
+    voc = make_voc(str(tmp_path / 'voc'))
+    with open(os.path.join(voc, 'notes.json'), 'w') as stream:
+        stream.write('{"a": ')
+    assert inputs.read('data', voc).format == 'Pascal VOC'
+
+
+def test_yolo_negatives_are_counted_and_labels_without_an_image_refused(tmp_path):
+    yolo = make_yolo(str(tmp_path / 'yolo'), count=4)
+    os.remove(os.path.join(yolo, 'labels', 'y1.txt'))  # An image without a label file.
+    open(os.path.join(yolo, 'labels', 'y2.txt'), 'w').close()  # An empty label file.
+    assert inputs.read('data', yolo).line() == (
+        'YOLO: classes.txt, 4 photos, 2 classes, 2 boxes, 2 images without boxes (1 without a '
+        'label file, 1 with an empty one: negatives, as in YOLO)')
+    os.remove(os.path.join(yolo, 'images', 'y3.jpg'))  # Its label file y3.txt stays.
+    with pytest.raises(YoloError, match=r'1 label file without an image under .*images '
+                                        r'\(.*labels/y3.txt\): its boxes would be lost; .* '
+                                        r'--drop_orphan_labels'):
+        inputs.read('data', yolo)
+    dropped = inputs.read('data', yolo, drop_orphan_labels=True)
+    assert dropped.line().endswith('1 with an empty one: negatives, as in YOLO), 1 label file '
+                                   'without an image left out')
+    assert len(dropped.coco['images']) == 3
+    # COCO (and VOC): photos without boxes are counted as negatives too.
+    coco = make_coco(str(tmp_path / 'coco'))
+    path = os.path.join(coco, 'instances.json')
+    with open(path) as stream:
+        content = json.load(stream)
+    with open(path, 'w') as stream:
+        json.dump(dict(content, annotations=content['annotations'][1:]), stream)
+    assert inputs.read('data', coco).line() == ('COCO: instances.json, 3 photos, 1 class, 2 '
+                                                'boxes, 1 photo without boxes (negatives)')
 
 
 def _images(names):

@@ -13,7 +13,9 @@ from efficientdet_hpu.datatools.yolo_to_coco import YoloError
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import weights
+from efficientdet_hpu.checkpoints import weight_files
 from finetune_cases import make_coco, make_voc, make_yolo, photo as _photo
+from weight_fixtures import write_legacy_lite, write_ultralytics_pt
 
 def test_each_format_is_found_and_stated_in_one_line(tmp_path):
     coco = inputs.read('data', make_coco(str(tmp_path / 'coco')))
@@ -178,21 +180,28 @@ def test_validation_classes_are_matched_by_name():
 
 
 def test_weights_name_a_backbone_or_a_detector(tmp_path):
-    pth = tmp_path / 'efficientnet-lite0-57934424.pth'
-    pth.write_bytes(b'x')
-    assert weights.resolve(str(pth)) == plan_lib.Weights('backbone', str(pth),
-                                                         'efficientdet-lite0')
+    pth = write_legacy_lite(str(tmp_path / 'efficientnet-lite0-57934424.pth'))
+    assert weights.resolve(pth) == plan_lib.Weights('backbone', pth, 'efficientdet-lite0')
     run = tmp_path / 'run'
     run.mkdir()
     (run / 'checkpoint').write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    # A TF checkpoint's .index, as TensorFlow writes it: the names are there as bytes.
+    (run / 'model.ckpt-5.index').write_bytes(b'\x00\x00box_net/box-predict/bias\x00'
+                                             b'\x00class_net/class-predict/bias\x00')
     (run / 'config.yaml').write_text('name: efficientdet-d1\n')
     assert weights.resolve(str(run)) == plan_lib.Weights('detector', str(run), 'efficientdet-d1')
+    assert weights.resolve(str(run / 'model.ckpt-5.index')) == plan_lib.Weights(
+        'detector', str(run / 'model.ckpt-5'), 'efficientdet-d1')
     assert weights.resolve('') == plan_lib.Weights()
-    with pytest.raises(weights.WeightsError, match='does not exist'):
+    with pytest.raises(weight_files.WeightFileError, match='missing.pth is not there; '
+                                                           'accepted: an EfficientNet-Lite'):
         weights.resolve(str(tmp_path / 'missing.pth'))
     with pytest.raises(weights.WeightsError, match="are efficientdet-lite0's but "
                                                    "--model_name=efficientdet-d0"):
-        weights.resolve(str(pth), 'efficientdet-d0')
+        weights.resolve(pth, 'efficientdet-d0')
+    # An Ultralytics .pt is named for what it is, never planned as "the detector".
+    with pytest.raises(weight_files.WeightFileError, match='is an Ultralytics YOLO model'):
+        weights.resolve(write_ultralytics_pt(str(tmp_path / 'yolov8n.pt')))
 
 
 def test_the_command_itself_never_imports_tensorflow():

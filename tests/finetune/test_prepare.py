@@ -17,6 +17,7 @@ from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import stages
+from efficientdet_hpu.finetune import stats
 from finetune_cases import make_coco, make_yolo, photo, ORTHO, ROOMY
 
 
@@ -114,6 +115,32 @@ def test_the_budget_and_log_spacing_change_no_result(tmp_path):
     state = prepare.check_request(layout, later)
     assert (state.trained, state.replan, state.relog) == (40, (), True)
     assert state.budget == (('max_minutes', 30, 90), ('images_per_second', 0.0, 4))
+
+
+def test_after_training_a_new_budget_bounds_the_run_and_log_spacing_rewrites_plan_yaml(
+        tmp_path):
+    data = make_coco(str(tmp_path / 'coco'))
+    out = str(tmp_path / 'out')
+    _stage(out, data=data, max_minutes=30)
+    layout = runner_lib.Layout(out)
+    plan = plan_lib.make_plan(stats.from_coco(_json(layout.train_json), _json(layout.val_json)),
+                              ROOMY, plan_lib.Request(max_minutes=30))
+    with open(layout.plan_json, 'w') as stream:
+        json.dump(dataclasses.asdict(plan), stream)
+    _trained(layout, step=120)
+    options = prepare.Options(data=data, output_dir=out, max_minutes=90,
+                              hparams='log_every_n_steps=7')
+    state = prepare.check_request(layout, options)
+    runner = runner_lib.Runner(layout, stream=io.StringIO())
+    assert prepare.plan_stage(runner, options, state) == plan
+    said = runner.stream.getvalue()
+    assert ('  --max_minutes=90: this run\'s budget only; the plan\'s %d steps stand (planned with '
+            '--max_minutes=30) as model/ has trained to step 120; to plan for the new budget, '
+            'start afresh in another --output_dir' % plan.steps) in said
+    with open(layout.plan_yaml) as stream:
+        assert 'log_every_n_steps: 7' in stream.read()
+    saved = _json(layout.request_json)
+    assert (saved['hparams'], saved['max_minutes']) == ('log_every_n_steps=7', 30)
 
 
 def test_a_trained_run_of_other_flags_is_refused_naming_the_command_that_resumes(tmp_path):

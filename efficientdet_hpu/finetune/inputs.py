@@ -12,9 +12,9 @@ naming what was found and what is expected):
               images without a label file or with an empty one are negatives (counted); a
               label file without an image is an error unless --drop_orphan_labels
 A .json that does not parse is named with the parser's line and column (unless the folder is
-plainly VOC or YOLO). Each is read and checked with the project's converters (datatools/voc_to_coco.py,
-datatools/yolo_to_coco.py, data/coco_annotations.py), so a bad file stops the run with their
-one-line errors, before anything is written.
+plainly VOC or YOLO). Each is read and checked with the project's converters
+(datatools/voc_to_coco.py, datatools/yolo_to_coco.py, data/coco_annotations.py), so a bad file
+stops the run with their one-line errors, before anything is written.
 
 The split, without --val_data: by photo, never by tile (tiles of one photo on both sides would
 leak), deterministic from the file names (sha1 of each name, so adding a photo moves no other

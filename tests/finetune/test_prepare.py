@@ -269,13 +269,14 @@ def test_a_folder_without_a_fingerprint_is_read_once_and_kept_when_the_same(tmp_
 
 
 def test_the_converters_fix_for_a_photo_names_the_input_not_the_runs_copy():
-    message = ('convert-train: error: cannot decode image /p/bad.jpg (OSError: broken data '
+    message = ('create_coco_tfrecord: error: cannot decode image /p/bad.jpg (OSError: broken data '
                'stream); the file is unreadable or truncated. Re-export or remove it from '
                '/out/data/train.json.')
     assert stages._in_the_input(message, '/out/data/train.json', '--data=/p') == (
-        'convert-train: error: cannot decode image /p/bad.jpg (OSError: broken data stream); the '
-        'file is unreadable or truncated. Re-export or remove it from --data=/p (the photo and '
-        'its annotations), then rerun the same command: the changed folder is read again.')
+        'create_coco_tfrecord: error: cannot decode image /p/bad.jpg (OSError: broken data '
+        'stream); the file is unreadable or truncated. Re-export or remove it from --data=/p '
+        '(the photo and its annotations), then rerun the same command: the changed folder is '
+        'read again.')
 
 
 def test_plan_json_reads_back_into_the_same_plan():

@@ -228,7 +228,8 @@ def data_stage(runner, options, state=None):
         runner.say('  %s\n  %s (from %s)' % (record['line'], record['split'], layout.data))
         return record
     read = state.read or read_inputs(options)
-    check_plan_fits(options, read['train'], read['val'])
+    if state.trained is None:  # A trained run keeps its plan: the budget bounds this run only.
+        check_plan_fits(options, read['train'], read['val'])
     if state.note:
         runner.say('  ' + state.note)
     runner.say('  %s\n  %s' % (read['line'], read['record']['split']))

@@ -216,16 +216,19 @@ def test_same_photos_and_boxes_keep_the_plan_and_a_trained_model(tmp_path):
         'boxes did not: the split and the plan stand; the records are converted again')
     prepare.data_stage(runner_lib.Runner(layout, stream=io.StringIO()), options, state)
     assert os.path.exists(layout.plan_json) and not os.path.exists(layout.records)
-    # Trained: model/ resumes, the records stay; the data moved elsewhere is the same data.
+    # Trained: model/ resumes, the records stay; the data moved elsewhere is the same data;
+    # a budget too short to plan in bounds this run only (the plan stands).
     _fake_plan(layout)
     _trained(layout)
     moved = shutil.copytree(data, str(tmp_path / 'moved'))
-    state = prepare.check_request(layout, prepare.Options(data=moved, output_dir=out))
+    options = prepare.Options(data=moved, output_dir=out, max_minutes=1)
+    state = prepare.check_request(layout, options)
     assert state.same_data and state.note.endswith('model/ resumes with the records written '
                                                    'before')
-    prepare.data_stage(runner_lib.Runner(layout, stream=io.StringIO()),
-                       prepare.Options(data=moved, output_dir=out), state)
+    prepare.data_stage(runner_lib.Runner(layout, stream=io.StringIO()), options, state)
     assert os.path.exists(layout.records) and _json(layout.request_json)['data'] == moved
+    assert os.readlink(os.path.join(layout.val_photos, os.listdir(layout.val_photos)[0])
+                       ).startswith(moved)
 
 
 def test_other_data_under_a_trained_model_is_refused_naming_the_command_that_starts_afresh(

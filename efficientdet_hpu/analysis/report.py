@@ -120,7 +120,9 @@ def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCOR
     weakest = min((row for row in classes if row['counts']), key=lambda row: row['ap50'],
                   default=None)
     report = {
-        'images': len(image_ids), 'ap50': result.ap, 'score_threshold': score_threshold,
+        'images': len(image_ids), 'ap50': result.ap if result.class_ap else None,
+        'unscored_classes': [names[c] for c in categories if c not in result.class_ap],
+        'score_threshold': score_threshold,
         'score_threshold_rule': threshold_rule,
         'errors': {kind: {'dap': result.delta[kind], 'count': result.counts[kind]}
                    for kind in tide.ERROR_TYPES},
@@ -131,12 +133,28 @@ def analyse(dataset, results, image_ids, names, setup=None, score_threshold=SCOR
     return report, truths, detections, result
 
 
+def unscored_line(report):
+    """Which classes have no AP and why, or ''."""
+    unscored = report.get('unscored_classes') or []
+    if not unscored:
+        return ''
+    return ('not scored: %s, no boxes in the %d validation image%s (COCO gives such a class '
+            'AP -1 and leaves it out), so not in the AP50, the weakest class or the advice'
+            % (', '.join("'%s'" % name for name in unscored), report['images'],
+               '' if report['images'] == 1 else 's'))
+
+
 def short_lines(report):
-    """A few log lines: dAP per error type, the weakest class's dominant error, the advice."""
+    """A few log lines: dAP per error type, the classes not scored, the weakest class's
+    dominant error, the advice."""
     errors = report['errors']
+    if report['ap50'] is None:
+        return ['error analysis (TIDE): nothing to score, no class has boxes in the %d '
+                'validation images' % report['images']]
     lines = ['error analysis (TIDE, AP50 %.3f; dAP in AP points): %s' % (
         report['ap50'], ', '.join('%s %.1f' % (tide.SHORT_NAMES[kind], 100 * errors[kind]['dap'])
                                   for kind in tide.ERROR_TYPES))]
+    lines.extend(line for line in [unscored_line(report)] if line)
     weakest = report['weakest_class']
     if weakest:
         lines.append("weakest class '%s' (AP50 %.3f): dominant error %s (dAP %.1f)" % (

@@ -12,8 +12,10 @@ a false positive of the first type that fits, in this order:
   background      IoU <= t_b with every ground truth
   both            anything else (wrong class and t_b < IoU < t_f)
 and a ground truth no detection took, and no classification or localisation error points at,
-is missed. AP is TIDE's: AP50 per class over 101 recall points, averaged over the classes that
-have ground truth or detections (a class with detections only scores 0).
+is missed. AP is AP50 per class over 101 recall points (TIDE's), averaged over the classes that
+have ground truth: a class without ground truth has no AP, as in COCOeval (-1, left out of the
+mean), where TIDE's own code scores a class with detections only 0; such classes are listed in
+`unscored` (their detections still count as errors).
 
 dAP of a type = AP after fixing every error of that type - AP (negative clamped to 0):
 classification and localisation errors become true positives (of the ground truth's class) for
@@ -74,7 +76,8 @@ class Analysis:
     """The outcome of `analyse`. ap: TIDE's mAP50 (0..1); class_ap: {class: AP50};
     delta: {type: dAP} for ERROR_TYPES and SPECIAL_TYPES; class_delta: {class: {type: dAP}};
     counts: {type: number of errors}; class_counts: {class: {type: count}}; images: per-image
-    ImageOutcome in input order."""
+    ImageOutcome in input order; unscored: the classes detected but without ground truth
+    (no AP: left out of ap, class_ap and delta)."""
     ap: float
     class_ap: Dict[int, float]
     delta: Dict[str, float]
@@ -82,6 +85,7 @@ class Analysis:
     counts: Dict[str, int]
     class_counts: Dict[int, Dict[str, int]]
     images: List[ImageOutcome]
+    unscored: List[int] = dataclasses.field(default_factory=list)
 
 
 def tide_ap(points, num_truth):
@@ -241,7 +245,8 @@ def _points(columns, fixed, best):
 
 
 def _class_aps(points, num_truth, classes):
-    """{class: AP} over `classes` that have truth or points (TIDE averages those)."""
+    """{class: AP} over `classes` (those with ground truth) that have truth or points
+    (after a fix removed a class's truths, TIDE scores it 0 if it has points)."""
     cls, score, is_true = points
     order = np.argsort(cls, kind='stable')
     starts = np.searchsorted(cls[order], classes, side='left')
@@ -312,9 +317,8 @@ def _summarise(columns, truth_classes, truth_codes, images):
     missed = _per_class_counts(truth_classes[truth_codes == 2])
     false_negatives = _per_class_counts(truth_classes[truth_codes != 0])
     in_ap = columns.kind != 1
-    classes = sorted(set(num_truth) | set(columns.cls[in_ap].tolist()))
-    for cls in classes:
-        num_truth.setdefault(cls, 0)
+    classes = sorted(num_truth)
+    unscored = sorted(set(columns.cls[in_ap].tolist()) - set(classes))
     class_ap = _class_aps((columns.cls[in_ap], columns.score[in_ap], columns.kind[in_ap] == 0),
                           num_truth, classes)
     ap = _mean(class_ap)
@@ -334,4 +338,4 @@ def _summarise(columns, truth_classes, truth_codes, images):
     counts = {kind: int(np.sum(kinds == _KINDS.index(kind))) for kind in ERROR_TYPES}
     class_counts = {cls: {kind: int(np.sum((kinds == _KINDS.index(kind)) & (owners == cls)))
                           for kind in ERROR_TYPES} for cls in sorted(class_ap)}
-    return Analysis(ap, class_ap, delta, class_delta, counts, class_counts, images)
+    return Analysis(ap, class_ap, delta, class_delta, counts, class_counts, images, unscored)

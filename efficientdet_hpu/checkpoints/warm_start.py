@@ -26,6 +26,7 @@ from absl import logging
 from efficientdet_hpu.backbone import lite_weights
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.checkpoints import weight_files
 
 tf1 = tf.compat.v1
 
@@ -147,6 +148,7 @@ def apply(run):
     elif run.backbone_ckpt:
         backbone = [v for v in _model_variables() if v.op.name.startswith(BACKBONE_PREFIX)]
         checkpoint = run.backbone_ckpt
-        if checkpoint.endswith(TORCH_SUFFIX) and backbone:
+        if backbone and (checkpoint.endswith(TORCH_SUFFIX)
+                         or weight_files.sniff(checkpoint).kind == 'torch-legacy'):
             checkpoint = torch_backbone_checkpoint(checkpoint, backbone)
         _restore(checkpoint, 'backbone_ckpt', backbone, allow_class_head_skip=False)

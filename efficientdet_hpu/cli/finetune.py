@@ -37,6 +37,8 @@ def define_flags():
     flags.DEFINE_list('val_photos', [], 'Photos of --data to hold out for validation, by file '
                       'name with or without extension (default: 20%, chosen by file name).')
     flags.DEFINE_string('single_class', None, 'Merge every class into this one.')
+    flags.DEFINE_bool('drop_orphan_labels', False, 'YOLO: leave out label files whose image is '
+                      'missing (default: an error naming them, as their boxes would be lost).')
     flags.DEFINE_string('weights', None, 'Starting weights: an EfficientNet-Lite ImageNet .pth, '
                         'an EfficientNet checkpoint, or a detector model_dir or checkpoint '
                         '(google/automl\'s or this project\'s). Default: random weights.')
@@ -63,6 +65,7 @@ def options_from_flags():
     return prepare.Options(
         data=FLAGS.data, output_dir=FLAGS.output_dir, val_data=FLAGS.val_data or '',
         val_photos=tuple(FLAGS.val_photos), single_class=FLAGS.single_class or '',
+        drop_orphan_labels=FLAGS.drop_orphan_labels,
         weights=FLAGS.weights or '', model_name=FLAGS.model_name or '',
         max_minutes=FLAGS.max_minutes, images_per_second=FLAGS.images_per_second,
         steps=FLAGS.steps, hparams=FLAGS.hparams, dry_run=FLAGS.dry_run, verbose=FLAGS.verbose)

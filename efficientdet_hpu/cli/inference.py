@@ -148,10 +148,11 @@ def run_predict():
     if FLAGS.tile_size:
         predictor = tiled_predict.TiledPredictor(predictor, FLAGS.tile_size, FLAGS.tile_overlap,
                                                  FLAGS.tile_batch_size)
+    predicted = []
     try:
         status = predict.predict_files(predictor, names, FLAGS.input, FLAGS.output_dir,
                                        repeat=FLAGS.repeat, min_score=FLAGS.min_score,
-                                       any_size=bool(FLAGS.tile_size))
+                                       any_size=bool(FLAGS.tile_size), processed_names=predicted)
     finally:
         predictor.close()
     if FLAGS.tile_size:  # What a photo of this size needs: the photo, one batch, the boxes.
@@ -159,7 +160,8 @@ def run_predict():
               % (train_log.host_memory_mb()[1] / 1024.0))
     if FLAGS.annotations_file and status == 0:
         metrics = photo_eval.evaluate_file(
-            os.path.join(FLAGS.output_dir, predict.RESULTS_FILE), FLAGS.annotations_file)
+            os.path.join(FLAGS.output_dir, predict.RESULTS_FILE), FLAGS.annotations_file,
+            photos=predicted)
         atomic_file.write_json_atomically(os.path.join(FLAGS.output_dir, 'metrics.json'),
                                           metrics, indent=1)
         print('against %s: %s' % (FLAGS.annotations_file, json.dumps(metrics)))

@@ -59,6 +59,18 @@ def _is_number(value) -> bool:
             and math.isfinite(value))
 
 
+def json_error(path: str, error: json.JSONDecodeError) -> str:
+    """'path:LINE:COL: not valid JSON: <the parser's message>; <the fix>', the position as
+    editors and compilers print it; a file that ends where the parser stopped was cut short."""
+    cut = (error.pos >= len(error.doc.rstrip())
+           or error.msg.startswith('Unterminated string'))  # It runs to the end of the file.
+    message = error.msg[:-3] + ' here' if error.msg.endswith(' at') else error.msg
+    return '%s:%d:%d: not valid JSON: %s; %s' % (
+        path, error.lineno, error.colno, message,
+        'the file ends there, cut short (an interrupted download or copy?): get it again'
+        if cut else 'fix the file there')
+
+
 def load_coco_json(json_path: str) -> dict:
     """Loads the JSON; checks it is an object with list-valued images/annotations/categories."""
     try:
@@ -67,8 +79,7 @@ def load_coco_json(json_path: str) -> dict:
     except FileNotFoundError:
         raise ConversionError(f'--object_annotations_file={json_path} does not exist.') from None
     except json.JSONDecodeError as error:
-        raise ConversionError(f'{json_path} is not valid JSON: {error.msg} at line '
-                              f'{error.lineno} column {error.colno}.') from None
+        raise ConversionError(json_error(json_path, error)) from None
     except UnicodeDecodeError as error:
         raise ConversionError(f'{json_path} is not UTF-8 text JSON ({error}).') from None
     if not isinstance(content, dict):

@@ -11,7 +11,10 @@ the box centre and size as fractions of the image width and height. Which file b
 image follows Ultralytics: the last `/images/` of the image's path becomes `/labels/` and the
 extension `.txt` (no `images` directory in the path: the .txt beside the image); --label_dir
 gives the root of the label tree instead. An image without a label file, or with an empty one,
-is kept as a negative.
+is kept as a negative (Ultralytics' "backgrounds"), and both are counted. A label file whose image
+is missing (any image extension) would lose its boxes: it is an error naming it, unless
+--drop_orphan_labels leaves such files out (counted). Ultralytics lists the images and never
+looks at such a file; no YOLO tool has a flag for it, hence this name.
 
 Names: a classes.txt / obj.names file (one name per line), or an Ultralytics data.yaml whose
 `names:` is a list or an {index: name} dict; its `train:` / `val:` directory (--split) is the
@@ -28,6 +31,7 @@ value outside [0, 1], a zero-size box; an unreadable image; an image with an EXI
 labels refer to the upright view, the converter stores the pixels as they are). The JSON is
 written atomically.
 """
+import dataclasses
 import math
 import os
 import sys
@@ -53,6 +57,30 @@ _FIELDS = ('cx', 'cy', 'w', 'h')
 
 class YoloError(errors.UserError):
     """A label file, names file or image is unusable; the message names the file."""
+
+
+@dataclasses.dataclass
+class LabelCounts:
+    """What read_dataset found besides the boxes: images without a label file and images
+    with an empty one (both negatives), label files without an image (left out)."""
+    without_label_file: int = 0
+    empty_label_file: int = 0
+    orphans: List[str] = dataclasses.field(default_factory=list)
+
+    def notes(self) -> List[str]:
+        """['2 images without boxes (1 without a label file, 1 with an empty one: negatives,
+        as in YOLO)', '1 label file without an image left out']: the parts that are not 0."""
+        found, negatives = [], self.without_label_file + self.empty_label_file
+        parts = (['%d without a label file' % self.without_label_file]
+                 if self.without_label_file else [])
+        parts += ['%d with an empty one' % self.empty_label_file] if self.empty_label_file else []
+        if negatives:
+            found.append('%d image%s without boxes (%s: negatives, as in YOLO)' % (
+                negatives, '' if negatives == 1 else 's', ', '.join(parts)))
+        if self.orphans:
+            found.append('%d label file%s without an image left out' % (
+                len(self.orphans), '' if len(self.orphans) == 1 else 's'))
+        return found
 
 
 def read_names_file(path: str) -> List[str]:
@@ -210,28 +238,87 @@ def _check_shared_labels(images: Sequence[str], labels: Sequence[str]) -> None:
 
 
 def convert(image_dir: str, names: Sequence[str], output_file: str,
-            label_dir: Optional[str] = None) -> Dict:
+            label_dir: Optional[str] = None, drop_orphan_labels: bool = False) -> Dict:
     """Reads and checks every image and label file, then writes the COCO JSON atomically;
     returns it."""
-    coco = coco_dataset(image_dir, names, label_dir)
+    coco = coco_dataset(image_dir, names, label_dir, drop_orphan_labels)
     atomic_file.write_json_atomically(output_file, coco)
     return coco
 
 
-def coco_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] = None) -> Dict:
+def coco_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] = None,
+                 drop_orphan_labels: bool = False) -> Dict:
     """The COCO instances dict of a YOLO image directory (every image and label file read and
     checked; nothing written)."""
+    return read_dataset(image_dir, names, label_dir, drop_orphan_labels)[0]
+
+
+def _looks_like_labels(path: str) -> bool:
+    """A .txt that is empty or whose first non-blank line is 5 numbers: a label file, not
+    notes."""
+    try:
+        with open(path, encoding='utf-8', errors='replace') as stream:
+            fields = next((line for line in stream if line.strip()), '').split()
+        return not fields or (len(fields) == 5 and all(math.isfinite(float(f)) for f in fields))
+    except (OSError, ValueError):
+        return False
+
+
+def orphan_labels(image_dir: str, labels: Sequence[str], label_dir: Optional[str] = None,
+                  skip: Sequence[str] = ()) -> List[str]:
+    """The label files of the label tree that no image of image_dir reads, sorted. The tree:
+    label_dir, else Ultralytics' labels/ twin of image_dir, else image_dir itself (labels
+    beside the images: there only .txt files that look like labels count; `skip`: files that
+    are not labels, such as the names file)."""
+    root = os.path.dirname(label_path(os.path.join(image_dir, 'x.jpg'), image_dir, label_dir))
+    beside = os.path.normpath(root) == os.path.normpath(os.path.abspath(image_dir))
+    used = {os.path.normpath(path) for path in labels}
+    skipped = {os.path.normpath(os.path.abspath(path)) for path in skip}
+    found = []
+    for directory, subdirectories, file_names in os.walk(root):
+        subdirectories.sort()
+        for name in file_names:
+            path = os.path.normpath(os.path.join(directory, name))
+            if (name.endswith('.txt') and not name.startswith('.') and path not in used
+                    and path not in skipped and (not beside or _looks_like_labels(path))):
+                found.append(path)
+    return sorted(found)
+
+
+def _orphan_error(orphans, image_dir):
+    shown = ', '.join(orphans[:3]) + (' and %d more' % (len(orphans) - 3)
+                                      if len(orphans) > 3 else '')
+    return YoloError('%d label file%s without an image under %s (%s): %s boxes would be '
+                     'lost; put the images back, delete the label files, or pass '
+                     '--drop_orphan_labels to leave them out' % (
+                         len(orphans), '' if len(orphans) == 1 else 's', image_dir, shown,
+                         'its' if len(orphans) == 1 else 'their'))
+
+
+def read_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] = None,
+                 drop_orphan_labels: bool = False, skip: Sequence[str] = ()) -> tuple:
+    """(COCO instances dict, LabelCounts) of a YOLO image directory: every image and label
+    file read and checked, nothing written. Label files without an image: a YoloError naming
+    them, unless drop_orphan_labels (then counted)."""
     paths = image_files(image_dir)
-    labels = [label_path(path, image_dir, label_dir) for path in paths]
+    labels = [os.path.normpath(label_path(path, image_dir, label_dir)) for path in paths]
     _check_shared_labels(paths, labels)
+    counts = LabelCounts(orphans=orphan_labels(image_dir, labels, label_dir, skip))
+    if counts.orphans and not drop_orphan_labels:
+        raise _orphan_error(counts.orphans, image_dir)
     entries = []
     for path, labels_file in zip(paths, labels):
         width, height = image_size(path)
         file_name = os.path.relpath(path, image_dir).replace(os.sep, '/')
-        entries.append((file_name, width, height,
-                        read_labels(labels_file, len(names), width, height)))
+        boxes = read_labels(labels_file, len(names), width, height)
+        if not boxes:
+            if os.path.isfile(labels_file):
+                counts.empty_label_file += 1
+            else:
+                counts.without_label_file += 1
+        entries.append((file_name, width, height, boxes))
     categories = [{'id': index + 1, 'name': name} for index, name in enumerate(names)]
-    return voc_to_coco.coco_instances(entries, categories)
+    return voc_to_coco.coco_instances(entries, categories), counts
 
 
 def define_flags():
@@ -245,6 +332,8 @@ def define_flags():
     flags.DEFINE_enum('split', 'train', ['train', 'val', 'test'],
                       'The data.yaml entry giving the image directory.')
     flags.DEFINE_string('output_file', None, 'The COCO instances JSON to write.')
+    flags.DEFINE_bool('drop_orphan_labels', False, 'Leave out label files whose image is '
+                      'missing (default: an error naming them, as their boxes would be lost).')
     flags.DEFINE_bool('verbose', False, 'Show the traceback of an error.')
     flags.mark_flags_as_required(['output_file'])
 
@@ -266,13 +355,17 @@ def main(argv) -> None:
         raise app.UsageError('unexpected arguments: %s' % argv[1:])
     try:
         names, image_dir = _names_and_image_dir()
-        coco = convert(image_dir, names, FLAGS.output_file, FLAGS.label_dir)
+        skip = [FLAGS.names_file] if FLAGS.names_file else []
+        coco, counts = read_dataset(image_dir, names, FLAGS.label_dir, FLAGS.drop_orphan_labels,
+                                    skip)
+        atomic_file.write_json_atomically(FLAGS.output_file, coco)
     except YoloError as error:
         sys.exit(errors.fail('yolo_to_coco', error, FLAGS.verbose))
     boxed = {a['image_id'] for a in coco['annotations']}
-    print('wrote %s: %d images (%d without boxes, kept as negatives), %d boxes, categories %s'
+    print('wrote %s: %d images (%d without boxes, kept as negatives), %d boxes, categories %s%s'
           % (FLAGS.output_file, len(coco['images']), len(coco['images']) - len(boxed),
-             len(coco['annotations']), ', '.join(c['name'] for c in coco['categories'])))
+             len(coco['annotations']), ', '.join(c['name'] for c in coco['categories']),
+             '; ' + counts.notes()[-1] if counts.orphans else ''))
 
 
 def entry_point():

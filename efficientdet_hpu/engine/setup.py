@@ -22,6 +22,7 @@ from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.checkpoints import checkpoint_integrity
 from efficientdet_hpu.checkpoints import checkpoints
+from efficientdet_hpu.checkpoints import weight_files
 from efficientdet_hpu.engine import bad_records
 from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.engine import resume_check
@@ -74,6 +75,17 @@ def _check_inputs(options):
         _check_pattern('validation_file_pattern', options.validation_file_pattern)
     if options.val_json_file and not os.path.isfile(options.val_json_file):
         raise RunSetupError('--val_json_file=%s does not exist' % options.val_json_file)
+
+
+def _check_warm_start(options):
+    """--ckpt (else --backbone_ckpt) sniffed now (checkpoints/weight_files.py): a file of
+    another kind or model is one line before a graph is built. Not on a model_dir that holds a
+    checkpoint: the run resumes from its own and never reads them (warm_start.apply)."""
+    flag = 'ckpt' if options.ckpt else 'backbone_ckpt' if options.backbone_ckpt else None
+    path = getattr(options, flag) if flag else ''
+    if not flag or '://' in path or checkpoints.has_checkpoint(options.model_dir):
+        return
+    weight_files.check(flag, path, exact=True)
 
 
 def _find_label_map(options):
@@ -333,6 +345,7 @@ def prepare(options, config, explicit_keys):
     if not options.model_dir:
         raise RunSetupError('--model_dir is required (checkpoints, logs and metrics go there)')
     _check_inputs(options)
+    _check_warm_start(options)
     label_map, automl_dir = _assemble_config(options, config, explicit_keys)
     settings = settings_lib.finalize(config, _run_facts(options, device))
     if options.deterministic:

@@ -52,14 +52,26 @@ def _mean_valid(values):
     return float(values[values > -1].mean()) if (values > -1).any() else -1.0
 
 
-def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_LIMIT):
+def _no_results(coco_gt):
+    """An empty results set (pycocotools' loadRes cannot take none)."""
+    empty = COCO()
+    empty.dataset = dict(coco_gt.dataset, annotations=[])
+    with contextlib.redirect_stdout(io.StringIO()):
+        empty.createIndex()
+    return empty
+
+
+def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_LIMIT,
+             photos=None):
     """{'photos', 'annotations', 'detections', 'AP', 'AP50', 'recall_iou0.4'} of COCO result
-    rows ({'file_name', 'category_id', 'bbox' [x, y, w, h], 'score'}) against the file."""
+    rows ({'file_name', 'category_id', 'bbox' [x, y, w, h], 'score'}) against the file.
+    photos: the file names predicted (a photo without detections scores its boxes as missed);
+    default: those of the rows."""
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO(annotations_file)
     by_name = {os.path.basename(image['file_name']): image['id']
                for image in coco_gt.dataset['images']}
-    names = {row['file_name'] for row in results}
+    names = {row['file_name'] for row in results} | set(photos or ())
     image_ids = sorted(by_name[name] for name in names if name in by_name)
     if not image_ids:
         raise PhotoEvalError('--annotations_file=%s lists none of the predicted photos (%s); '
@@ -68,7 +80,7 @@ def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_L
     rows = [dict(row, image_id=by_name[row['file_name']]) for row in results
             if row['file_name'] in by_name]
     with contextlib.redirect_stdout(io.StringIO()):
-        coco_dt = coco_gt.loadRes(rows)
+        coco_dt = coco_gt.loadRes(rows) if rows else _no_results(coco_gt)
     if max_detections is None:  # All of them: the most any photo has (at least COCO's 100).
         per_photo = collections.Counter(row['image_id'] for row in rows)
         max_detections = max([100] + list(per_photo.values()))
@@ -107,6 +119,6 @@ def _scores(coco_gt, coco_dt, image_ids, max_detections, dense_limit):
     return precision[:-1], recall[-1]
 
 
-def evaluate_file(detections_json, annotations_file, max_detections=None):
+def evaluate_file(detections_json, annotations_file, max_detections=None, photos=None):
     with open(detections_json) as f:
-        return evaluate(json.load(f), annotations_file, max_detections)
+        return evaluate(json.load(f), annotations_file, max_detections, photos=photos)

@@ -8,10 +8,13 @@ naming what was found and what is expected):
   Pascal VOC  .xml files (at the top or in Annotations/), each naming its image (beside it,
               in JPEGImages/ or images/); images without an XML are not used
   YOLO        images/ (+ labels/) with the class names in classes.txt, obj.names or an
-              Ultralytics data.yaml (whose val: directory, when it has one, is the validation)
-Each is read and checked with the project's converters (datatools/voc_to_coco.py,
-datatools/yolo_to_coco.py, data/coco_annotations.py), so a bad file stops the run with their
-one-line errors, before anything is written.
+              Ultralytics data.yaml (whose val: directory, when it has one, is the validation);
+              images without a label file or with an empty one are negatives (counted); a
+              label file without an image is an error unless --drop_orphan_labels
+A .json that does not parse is named with the parser's line and column (unless the folder is
+plainly VOC or YOLO). Each is read and checked with the project's converters
+(datatools/voc_to_coco.py, datatools/yolo_to_coco.py, data/coco_annotations.py), so a bad file
+stops the run with their one-line errors, before anything is written.
 
 The split, without --val_data: by photo, never by tile (tiles of one photo on both sides would
 leak), deterministic from the file names (sha1 of each name, so adding a photo moves no other
@@ -46,25 +49,40 @@ class InputError(UserError):
 @dataclasses.dataclass
 class Dataset:
     """A folder's annotations: `coco` (a COCO instances dict whose file_names are relative to
-    `image_dir`), the `format` and `source` read, and the images `unlabelled` (not used)."""
+    `image_dir`), the `format` and `source` read, and the images `unlabelled` (not used);
+    `notes`: what else the data line says (a YOLO reader's negatives and dropped labels)."""
     format: str
     source: str
     image_dir: str
     coco: dict
     unlabelled: int = 0
     val_dir: Optional[str] = None  # A YOLO data.yaml's own val: directory.
+    notes: tuple = ()
 
     def line(self) -> str:
         """'COCO: instances.json, 120 photos, 3 classes, 2,410 boxes'."""
         left = (', %s without annotations left out' % _count(self.unlabelled, 'image')
                 if self.unlabelled else '')
-        return '%s: %s, %s, %s, %s%s' % (
+        return '%s: %s, %s, %s, %s%s%s' % (
             self.format, self.source, _count(len(self.coco['images']), 'photo'),
             _count(len(self.coco['categories']), 'class', 'classes'),
-            _count(len(self.coco['annotations']), 'box', 'boxes'), left)
+            _count(len(self.coco['annotations']), 'box', 'boxes'), left,
+            ''.join(', ' + note for note in self.notes))
 
 
 _count = stats.count
+
+
+def _parse_error(path):
+    """'path:LINE:COL: not valid JSON: ...' when the file does not parse, else None."""
+    try:
+        with open(path, 'rb') as stream:
+            json.load(stream)
+    except json.JSONDecodeError as error:
+        return coco_annotations.json_error(path, error)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _is_coco_json(path):
@@ -96,6 +114,19 @@ def found_formats(folder) -> Dict[str, List[str]]:
     return {name: paths for name, paths in found.items() if paths}
 
 
+def _check_jsons_parse(flag, folder, found):
+    """A .json that does not parse may be the data set meant (or one of two): named with its
+    parse error, unless the folder is plainly Pascal VOC or YOLO."""
+    if found and 'COCO' not in found:
+        return
+    jsons = _files(folder, ('.json',)) + _files(os.path.join(folder, 'annotations'), ('.json',))
+    broken = [error for error in map(_parse_error, jsons) if error]
+    if broken:
+        raise InputError('--%s=%s: %s%s' % (
+            flag, folder, broken[0], '; or name the COCO JSON to use with --%s=FILE.json' % flag
+            if len(jsons) > 1 else ''))
+
+
 def _what_is_there(folder):
     images = len(_files(folder, IMAGE_EXTENSIONS))
     others = sorted({os.path.splitext(name)[1].lower() or name for name in os.listdir(folder)
@@ -113,6 +144,9 @@ def detect(flag, folder) -> tuple:
     """(format, files) of --flag=folder (a folder, or a COCO .json file); raises InputError
     when none or more than one format is there."""
     if os.path.isfile(folder) and folder.lower().endswith('.json'):
+        broken = _parse_error(folder)
+        if broken:
+            raise InputError('--%s=%s' % (flag, broken))
         if not _is_coco_json(folder):
             raise InputError('--%s=%s is not a COCO instances JSON (no images, annotations '
                              'and categories lists)' % (flag, folder))
@@ -121,6 +155,7 @@ def detect(flag, folder) -> tuple:
         raise InputError('--%s=%s does not exist; give the folder of your photos and their '
                          'annotations' % (flag, folder))
     found = found_formats(folder)
+    _check_jsons_parse(flag, folder, found)
     if not found:
         raise InputError('--%s=%s holds %s, no annotations: expected %s'
                          % (flag, folder, _what_is_there(folder), EXPECTED))
@@ -179,7 +214,7 @@ def read_voc(folder, xml_paths, single_class=None) -> Dataset:
                    voc_to_coco.coco_dataset(images, single_class), unlabelled)
 
 
-def read_yolo(folder, names_path) -> Dataset:
+def read_yolo(folder, names_path, drop_orphan_labels=False) -> Dataset:
     if names_path.endswith(('.yaml', '.yml')):
         names, image_dir = yolo_to_coco.read_data_yaml(names_path, 'train')
         with open(names_path, encoding='utf-8') as stream:
@@ -190,11 +225,13 @@ def read_yolo(folder, names_path) -> Dataset:
     else:
         names, image_dir, val_dir = (yolo_to_coco.read_names_file(names_path),
                                      os.path.join(folder, 'images'), None)
-    coco = yolo_to_coco.coco_dataset(image_dir, names)
-    return Dataset('YOLO', os.path.basename(names_path), image_dir, coco, val_dir=val_dir)
+    coco, counts = yolo_to_coco.read_dataset(image_dir, names, None, drop_orphan_labels,
+                                             skip=[names_path])
+    return Dataset('YOLO', os.path.basename(names_path), image_dir, coco, val_dir=val_dir,
+                   notes=tuple(counts.notes()))
 
 
-def read(flag, folder, single_class=None) -> Dataset:
+def read(flag, folder, single_class=None, drop_orphan_labels=False) -> Dataset:
     """The Dataset of --flag=folder (see the module docstring); raises UserError."""
     kind, paths = detect(flag, folder)
     if kind == 'COCO':
@@ -202,9 +239,14 @@ def read(flag, folder, single_class=None) -> Dataset:
     elif kind == 'Pascal VOC':
         dataset = read_voc(folder, paths, single_class)
     else:
-        dataset = read_yolo(folder, paths[0])
+        dataset = read_yolo(folder, paths[0], drop_orphan_labels)
     if single_class and kind != 'Pascal VOC':
         dataset.coco = merge_classes(dataset.coco, single_class)
+    if kind != 'YOLO':  # The YOLO reader says which have no label file and which an empty one.
+        boxed = {annotation['image_id'] for annotation in dataset.coco['annotations']}
+        negatives = sum(1 for image in dataset.coco['images'] if image['id'] not in boxed)
+        if negatives:
+            dataset.notes += ('%s without boxes (negatives)' % _count(negatives, 'photo'),)
     if not dataset.coco['images']:
         raise InputError('--%s=%s: %s lists no photos' % (flag, folder, dataset.source))
     return dataset

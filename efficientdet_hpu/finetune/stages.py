@@ -62,15 +62,30 @@ def records_stage(runner, plan, record):
             ('val', layout.val_json, record['val_image_dir'], plan.val_images)):
         prefix = os.path.join(layout.records, split)
         if not os.path.exists(prefix + '-summary.json'):
-            runner.command('convert-' + split, 'convert', [
-                '--image_dir=' + image_dir, '--object_annotations_file=' + json_path,
-                '--output_file_prefix=' + prefix, '--num_shards=%d' % (2 if images < 1000 else 8)]
-                + tiles, max(600.0, 5.0 * images))
+            try:
+                runner.command('convert-' + split, 'convert', [
+                    '--image_dir=' + image_dir, '--object_annotations_file=' + json_path,
+                    '--output_file_prefix=' + prefix,
+                    '--num_shards=%d' % (2 if images < 1000 else 8)] + tiles,
+                    max(600.0, 5.0 * images))
+            except runner_lib.ChildUserError as error:
+                raise runner_lib.ChildUserError(_in_the_input(
+                    str(error), json_path, record.get('sources', {}).get(split))) from None
         with open(prefix + '-summary.json') as stream:
             summary = json.load(stream)
         runner.say('  %s: %s, %s (%s)' % (
             split, stats.count(summary['images_written'], 'tile' if plan.tile_size else 'photo'),
             stats.count(summary['boxes_written'], 'box', 'boxes'), prefix + '-*.tfrecord'))
+
+
+def _in_the_input(message, json_path, source):
+    """The converter's fix for a photo names the fine-tune's own copy of the annotations
+    (data/train.json); the user's fix is in the input: the photo out of --data, and a rerun
+    of the same command reads the changed folder again."""
+    if not source or json_path not in message:
+        return message
+    return message.replace(json_path, '%s (the photo and its annotations), then rerun the same '
+                                      'command: the changed folder is read again' % source)
 
 
 def latest_step(model_dir):
@@ -167,7 +182,8 @@ def evaluation_stage(runner, plan, record, checkpoint):
                             report.DEFAULT_THRESHOLD if threshold is None else threshold,
                             layout.picture)
     with open(os.path.join(layout.analysis, 'analysis.txt')) as stream:
-        runner.say('\n'.join('  ' + line for line in stream.read().splitlines()[:3]))
+        short = stream.read().split('\n\n')[0]  # analysis.txt's first block: its log lines.
+        runner.say('\n'.join('  ' + line for line in short.splitlines()))
     return metrics
 
 
@@ -219,7 +235,7 @@ def finetune(options, stream=None):
 
 def _run(runner, options):
     layout = runner.layout
-    prepare.check_flags(layout, options)
+    state = prepare.check_flags(layout, options)
     if os.path.exists(layout.summary_json):
         with open(layout.summary_json) as stream:
             summary = json.load(stream)
@@ -228,9 +244,9 @@ def _run(runner, options):
         return summary
     deadline = time.time() + options.max_minutes * 60.0 if options.max_minutes else None
     _stage(runner, 1, 'data: %s' % options.data)
-    record = prepare.data_stage(runner, options)
+    record = prepare.data_stage(runner, options, state)
     _stage(runner, 2, 'plan: the data doctor, then the plan')
-    plan = prepare.plan_stage(runner, options)
+    plan = prepare.plan_stage(runner, options, state)
     if options.dry_run:
         runner.say('dry run: nothing written; the plan above is what the run would do')
         return None

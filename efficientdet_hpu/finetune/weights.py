@@ -1,14 +1,19 @@
-"""What --weights names (nothing is ever downloaded):
+"""What --weights names (nothing is ever downloaded), told from the file's bytes
+(checkpoints/weight_files.py) before anything is written, so a file of another kind or model
+(an Ultralytics .pt, a SavedModel) is one line naming it and what is accepted:
   an ImageNet backbone   an EfficientNet-Lite .pth (efficientnet-lite0-*.pth: Lite0's), or an
-                         EfficientNet checkpoint directory or prefix named efficientnet-*
+                         EfficientNet TF checkpoint (its variables under efficientnet-*/)
                          -> main.py --backbone_ckpt
-  a whole detector       a model_dir or checkpoint prefix (this project's or google/automl's)
-                         -> main.py --ckpt; its model from the config.yaml beside it, else
-                         from an efficientdet-* name in its path
+  a whole detector       a model_dir or checkpoint prefix (this project's or google/automl's:
+                         class_net/ and box_net/ variables) -> main.py --ckpt; its model from
+                         the config.yaml beside it, else from an efficientdet-* name in its path
+A TF checkpoint whose names cannot be read is taken by its name, as before: efficientnet-* is a
+backbone, anything else a detector.
 """
 import os
 import re
 
+from efficientdet_hpu.checkpoints import weight_files
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core.errors import UserError
@@ -20,11 +25,6 @@ _DETECTOR_NAME = re.compile(r'efficientdet-(d\d+x?|lite\d+x?)')
 
 class WeightsError(UserError):
     """--weights names nothing usable; the message says what is expected."""
-
-
-def _exists(path):
-    return (os.path.exists(path) or os.path.exists(path + '.index')
-            or os.path.exists(path + '.data-00000-of-00001'))
 
 
 def _detector_model(path):
@@ -40,22 +40,22 @@ def _detector_model(path):
 
 
 def resolve(path, model_name='') -> plan.Weights:
-    """The Weights of --weights=path; model_name: --model_name, checked against them."""
+    """The Weights of --weights=path; model_name: --model_name, checked against them. Raises
+    weight_files.WeightFileError, WeightsError."""
     if not path:
         return plan.Weights()
     path = os.path.abspath(os.path.expanduser(path))
-    if not _exists(path):
-        raise WeightsError('--weights=%s does not exist; give an EfficientNet-Lite .pth, an '
-                           'EfficientNet checkpoint, or a detector model_dir or checkpoint '
-                           'prefix' % path)
-    name = os.path.basename(path.rstrip('/'))
-    if name.lower().endswith('.pth'):
-        found = _LITE_PTH.search(name)
-        weights = plan.Weights('backbone', path,
-                               'efficientdet-lite%s' % found.group(1) if found else '')
-    elif name.startswith('efficientnet-') or os.path.basename(
-            os.path.dirname(path)).startswith('efficientnet-'):
-        weights = plan.Weights('backbone', path, '')
+    found = weight_files.check('weights', path)
+    path = path if os.path.isdir(path) else found.path  # A checkpoint's .index: its prefix.
+    role = found.role
+    if role is None:  # A TF checkpoint whose .index names could not be read.
+        named = os.path.basename(path.rstrip('/')), os.path.basename(os.path.dirname(path))
+        role = (weight_files.BACKBONE if any(n.startswith('efficientnet-') for n in named)
+                else weight_files.DETECTOR)
+    if role == weight_files.BACKBONE:
+        found_lite = _LITE_PTH.search(os.path.basename(path))
+        weights = plan.Weights('backbone', path, 'efficientdet-lite%s' % found_lite.group(1)
+                               if found_lite and found.kind == 'torch-legacy' else '')
     else:
         weights = plan.Weights('detector', path, _detector_model(path))
     if model_name and weights.model_name and model_name != weights.model_name:

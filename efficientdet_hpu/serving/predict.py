@@ -120,9 +120,10 @@ def _report_latency(latencies):
 
 
 def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=0.3,
-                  any_size=False):
+                  any_size=False, processed_names=None):
     """Runs `predictor` on every image of input_path; returns the exit status. any_size:
-    photos of any pixel count are read (see read_rgb)."""
+    photos of any pixel count are read (see read_rgb); processed_names: a list that gets the
+    file name of each photo predicted (those without a detection too)."""
     files = list_images(input_path)
     os.makedirs(output_dir, exist_ok=True)
     results, skipped, latencies = [], [], []
@@ -139,6 +140,8 @@ def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=
         latencies.extend(timings)
         rows = coco_rows(image_id_for(path, position), file_name, outputs, names)
         results.extend(rows)
+        if processed_names is not None:
+            processed_names.append(file_name)
         _annotate(pixels, outputs, names, min_score,
                   os.path.join(output_dir, annotated_name(file_name)))
         print('%s: %dx%d, %d detections (%d >= %.2f)' % (

@@ -96,6 +96,32 @@ def test_report_names_the_dominant_errors_and_writes_its_files(tmp_path):
     assert json.load(open(os.path.join(directory, 'analysis.json')))['images'] == 2
 
 
+def test_a_class_without_validation_boxes_is_named_and_left_out(tmp_path):
+    """The validation images hold cats only; the model also predicts a dog and a bird is in
+    the label map: neither has an AP (COCO's -1), so the AP50 is the cat's 1.0, the weakest
+    class is the cat, the advice follows the cat's errors, and one line names the two."""
+    dataset, _ = _coco_case()
+    dataset = dict(dataset, annotations=dataset['annotations'][:1],
+                   categories=dataset['categories'] + [{'id': BIRD, 'name': 'bird'}])
+    results = [{'image_id': 1, 'category_id': CAT, 'bbox': [0, 0, 20, 20], 'score': .9},
+               {'image_id': 2, 'category_id': DOG, 'bbox': [10, 10, 40, 40], 'score': .8}]
+    names = {CAT: 'cat', DOG: 'dog', BIRD: 'bird'}
+    built = report.analyse(dataset, results, [1, 2], names, score_threshold=0.3)[0]
+    assert built['ap50'] == 1.0 and [row['class'] for row in built['per_class']] == ['cat']
+    assert built['unscored_classes'] == ['dog', 'bird']
+    assert built['weakest_class']['class'] == 'cat' and built['advice'] == []
+    assert built['errors']['background']['count'] == 1  # The dog detection is still an error.
+    lines = report.short_lines(built)
+    assert lines[1] == ("not scored: 'dog', 'bird', no boxes in the 2 validation images (COCO "
+                        "gives such a class AP -1 and leaves it out), so not in the AP50, the "
+                        "weakest class or the advice")
+    report.write(str(tmp_path / 'analysis'), built, [])
+    assert lines[1] in (tmp_path / 'analysis' / 'analysis.txt').read_text()
+    empty = report.analyse(dict(dataset, annotations=[]), results, [1, 2], names)[0]
+    assert empty['ap50'] is None and report.short_lines(empty) == [
+        'error analysis (TIDE): nothing to score, no class has boxes in the 2 validation images']
+
+
 @pytest.mark.slow
 def test_eval_of_a_finished_training_scores_its_last_checkpoint_analyses_and_exits(
         tiny_trained_run, tiny_dataset, tmp_path):

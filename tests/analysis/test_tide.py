@@ -3,7 +3,8 @@ the reference implementation `tidecv` on a random one.
 
 TIDE facts the hand computation uses: AP is AP50 per class, precision made non-increasing from
 the right and read at recall x/100 (x = 0..100) at the first point with recall >= x (0 past the
-last), averaged; mAP averages the classes with ground truth or detections."""
+last), averaged; mAP averages the classes with ground truth (COCOeval's rule; tidecv also
+averages in a class with detections only, at 0)."""
 import numpy as np
 import pytest
 
@@ -130,3 +131,24 @@ def test_matches_tidecv_on_random_detections():
         if kind in tide.ERROR_TYPES:
             assert result.counts[kind] == counts[short], kind
     assert min(result.counts.values()) > 0  # Every type occurs, so every branch is compared.
+
+
+def test_a_class_without_ground_truth_is_left_out_not_scored_zero():
+    """deepforest's case: validation photos of cats only, the model also predicts dogs. The
+    cat is found (AP 1); the dog detection has no dog truth to be scored against: COCOeval
+    gives dog AP -1 and leaves it out, tidecv scores it 0 and halves the mean. Here: AP 1, the
+    dog listed as unscored, its detection still a background error, and no dAP from it."""
+    import tidecv  # pylint: disable=import-outside-toplevel  (pinned in requirements.txt)
+    truth, dets = tide_image([(UNIT, CAT, 0)], [(UNIT, CAT, .9), (FAR, DOG, .8)])
+    result = tide.analyse([truth], [dets])
+    assert result.ap == 1.0 and result.class_ap == {CAT: 1.0}
+    assert result.unscored == [DOG]
+    assert result.counts['background'] == 1
+    assert result.delta['background'] == 0.0 and result.delta['false_positives'] == 0.0
+    truth_data, prediction_data = tidecv.Data('gt'), tidecv.Data('dets')
+    truth_data.add_image(0, '0')
+    truth_data.add_ground_truth(0, CAT, UNIT, None)
+    prediction_data.add_detection(0, CAT, .9, UNIT, None)
+    prediction_data.add_detection(0, DOG, .8, FAR, None)
+    run = tidecv.TIDE().evaluate(truth_data, prediction_data, mode=tidecv.TIDE.BOX)
+    assert run.ap == pytest.approx(50.0)  # The convention this module leaves.

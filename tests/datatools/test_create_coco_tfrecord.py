@@ -216,7 +216,7 @@ def _break(case, image_dir, json_path):
     if case == 'malformed_json':
         with open(json_path, 'w') as handle:
             handle.write('{"images": [\n  {"id": 1,}\n]}')
-        return ['instances.json', 'line 2']
+        return ['instances.json:2:12: not valid JSON']
     if case == 'missing_key':
         del content['categories']
     elif case == 'unknown_image_id':

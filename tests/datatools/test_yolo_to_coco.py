@@ -227,6 +227,47 @@ def test_command_line_one_line_error_writes_nothing_then_succeeds(tmp_path):
                           '--names_file=classes.txt or --data_yaml=data.yaml')
 
 
+def test_label_files_without_an_image_are_named_and_dropped_only_when_asked(tmp_path):
+    """A label file whose image is gone would take its boxes with it: named, refused;
+    --drop_orphan_labels leaves it out and counts it. Images without a label file and with
+    an empty one are negatives, counted apart (c.jpeg and d.PNG of _dataset)."""
+    images = _dataset(tmp_path)
+    orphan = tmp_path / 'labels' / 'train' / 'sub' / 'gone.txt'
+    _labels(orphan, ['0 0.5 0.5 0.2 0.2'])
+    with pytest.raises(yolo_to_coco.YoloError) as raised:
+        yolo_to_coco.read_dataset(str(images), NAMES)
+    assert str(raised.value) == (
+        '1 label file without an image under %s (%s): its boxes would be lost; put the images '
+        'back, delete the label files, or pass --drop_orphan_labels to leave them out'
+        % (images, orphan))
+    coco, counts = yolo_to_coco.read_dataset(str(images), NAMES, drop_orphan_labels=True)
+    assert len(coco['images']) == 5 and len(coco['annotations']) == 8
+    assert (counts.without_label_file, counts.empty_label_file) == (1, 1)
+    assert counts.orphans == [str(orphan)]
+    assert counts.notes() == [
+        '2 images without boxes (1 without a label file, 1 with an empty one: negatives, as '
+        'in YOLO)', '1 label file without an image left out']
+    # Labels beside the images: notes and the names file there are not label files.
+    beside = tmp_path / 'beside'
+    _image(beside / 'a.png', (20, 20))
+    _labels(beside / 'a.txt', ['0 0.5 0.5 0.5 0.5'])
+    _labels(beside / 'b.txt', ['1 0.5 0.5 0.5 0.5'])
+    (beside / 'README.txt').write_text('Photos of the garden, 2024.\n')
+    (beside / 'classes.txt').write_text('cat\ndog\nbird\n')
+    assert yolo_to_coco.orphan_labels(str(beside), [str(beside / 'a.txt')],
+                                      skip=[str(beside / 'classes.txt')]) == [
+        str(beside / 'b.txt')]
+    out = tmp_path / 'out.json'
+    flags = ['--image_dir=%s' % images, '--names_file=%s' % _names_file(tmp_path),
+             '--output_file=%s' % out]
+    assert_one_line_error(_yolo_command(*flags), 'gone.txt): its boxes would be lost',
+                          starts_with='yolo_to_coco: error: 1 label file without an image')
+    assert not out.exists()
+    done = _yolo_command(*flags + ['--drop_orphan_labels'])
+    assert done.returncode == 0, done.stdout
+    assert '; 1 label file without an image left out' in done.stdout
+
+
 @pytest.mark.slow
 def test_yolo_set_converts_to_tfrecords_end_to_end(tmp_path):
     """data.yaml -> COCO JSON (train and val) -> the TFRecord converter, on real files."""

@@ -1,5 +1,6 @@
 """finetune/inputs.py and weights.py: which format a folder holds, the errors for what is not
 one, the split by photo, and what --weights names. Plain Python and PIL, no TensorFlow."""
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,9 @@ from efficientdet_hpu.datatools.yolo_to_coco import YoloError
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import weights
+from efficientdet_hpu.checkpoints import weight_files
 from finetune_cases import make_coco, make_voc, make_yolo, photo as _photo
+from weight_fixtures import write_legacy_lite, write_ultralytics_pt
 
 def test_each_format_is_found_and_stated_in_one_line(tmp_path):
     coco = inputs.read('data', make_coco(str(tmp_path / 'coco')))
@@ -67,6 +70,64 @@ def test_bad_files_stop_with_the_converters_own_errors(tmp_path):
         inputs.read('data', yolo)
 
 
+def test_a_cut_coco_json_is_named_with_its_parse_error_not_called_no_annotations(tmp_path):
+    coco = make_coco(str(tmp_path / 'coco'))
+    path = os.path.join(coco, 'instances.json')
+    with open(path) as stream:
+        text = stream.read()
+    with open(path, 'w') as stream:
+        cut = text[:text.index('"annotations"')]  # An interrupted copy: '..., '.
+        stream.write(cut)
+    expected = ('%s:1:%d: not valid JSON: Expecting property name enclosed in double quotes; '
+                'the file ends there, cut short (an interrupted download or copy?): get it '
+                'again' % (path, len(cut) + 1))
+    with pytest.raises(inputs.InputError) as raised:
+        inputs.read('data', coco)
+    assert str(raised.value) == '--data=%s: %s' % (coco, expected)
+    with pytest.raises(inputs.InputError) as raised:
+        inputs.read('val_data', path)
+    assert str(raised.value) == '--val_data=' + expected
+    # A stray character mid-file: the position, and "fix the file there".
+    with open(path, 'w') as stream:
+        stream.write(text.replace('"images": [', '"images": ]', 1) + '\n')
+    column = text.index('"images": [') + len('"images": ') + 1
+    with pytest.raises(inputs.InputError, match=r'instances.json:1:%d: not valid JSON: Expecting '
+                                                r'value; fix the file there$' % column):
+        inputs.read('data', coco)
+    # A broken JSON beside a plain VOC set is not the data set: ignored.
+    voc = make_voc(str(tmp_path / 'voc'))
+    with open(os.path.join(voc, 'notes.json'), 'w') as stream:
+        stream.write('{"a": ')
+    assert inputs.read('data', voc).format == 'Pascal VOC'
+
+
+def test_yolo_negatives_are_counted_and_labels_without_an_image_refused(tmp_path):
+    yolo = make_yolo(str(tmp_path / 'yolo'), count=4)
+    os.remove(os.path.join(yolo, 'labels', 'y1.txt'))  # An image without a label file.
+    open(os.path.join(yolo, 'labels', 'y2.txt'), 'w').close()  # An empty label file.
+    assert inputs.read('data', yolo).line() == (
+        'YOLO: classes.txt, 4 photos, 2 classes, 2 boxes, 2 images without boxes (1 without a '
+        'label file, 1 with an empty one: negatives, as in YOLO)')
+    os.remove(os.path.join(yolo, 'images', 'y3.jpg'))  # Its label file y3.txt stays.
+    with pytest.raises(YoloError, match=r'1 label file without an image under .*images '
+                                        r'\(.*labels/y3.txt\): its boxes would be lost; .* '
+                                        r'--drop_orphan_labels'):
+        inputs.read('data', yolo)
+    dropped = inputs.read('data', yolo, drop_orphan_labels=True)
+    assert dropped.line().endswith('1 with an empty one: negatives, as in YOLO), 1 label file '
+                                   'without an image left out')
+    assert len(dropped.coco['images']) == 3
+    # COCO (and VOC): photos without boxes are counted as negatives too.
+    coco = make_coco(str(tmp_path / 'coco'))
+    path = os.path.join(coco, 'instances.json')
+    with open(path) as stream:
+        content = json.load(stream)
+    with open(path, 'w') as stream:
+        json.dump(dict(content, annotations=content['annotations'][1:]), stream)
+    assert inputs.read('data', coco).line() == ('COCO: instances.json, 3 photos, 1 class, 2 '
+                                                'boxes, 1 photo without boxes (negatives)')
+
+
 def _images(names):
     return {'images': [{'id': i, 'file_name': 'dir/' + name, 'width': 10, 'height': 10}
                        for i, name in enumerate(names, 1)],
@@ -119,21 +180,28 @@ def test_validation_classes_are_matched_by_name():
 
 
 def test_weights_name_a_backbone_or_a_detector(tmp_path):
-    pth = tmp_path / 'efficientnet-lite0-57934424.pth'
-    pth.write_bytes(b'x')
-    assert weights.resolve(str(pth)) == plan_lib.Weights('backbone', str(pth),
-                                                         'efficientdet-lite0')
+    pth = write_legacy_lite(str(tmp_path / 'efficientnet-lite0-57934424.pth'))
+    assert weights.resolve(pth) == plan_lib.Weights('backbone', pth, 'efficientdet-lite0')
     run = tmp_path / 'run'
     run.mkdir()
     (run / 'checkpoint').write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    # A TF checkpoint's .index, as TensorFlow writes it: the names are there as bytes.
+    (run / 'model.ckpt-5.index').write_bytes(b'\x00\x00box_net/box-predict/bias\x00'
+                                             b'\x00class_net/class-predict/bias\x00')
     (run / 'config.yaml').write_text('name: efficientdet-d1\n')
     assert weights.resolve(str(run)) == plan_lib.Weights('detector', str(run), 'efficientdet-d1')
+    assert weights.resolve(str(run / 'model.ckpt-5.index')) == plan_lib.Weights(
+        'detector', str(run / 'model.ckpt-5'), 'efficientdet-d1')
     assert weights.resolve('') == plan_lib.Weights()
-    with pytest.raises(weights.WeightsError, match='does not exist'):
+    with pytest.raises(weight_files.WeightFileError, match='missing.pth is not there; '
+                                                           'accepted: an EfficientNet-Lite'):
         weights.resolve(str(tmp_path / 'missing.pth'))
     with pytest.raises(weights.WeightsError, match="are efficientdet-lite0's but "
                                                    "--model_name=efficientdet-d0"):
-        weights.resolve(str(pth), 'efficientdet-d0')
+        weights.resolve(pth, 'efficientdet-d0')
+    # An Ultralytics .pt is named for what it is, never planned as "the detector".
+    with pytest.raises(weight_files.WeightFileError, match='is an Ultralytics YOLO model'):
+        weights.resolve(write_ultralytics_pt(str(tmp_path / 'yolov8n.pt')))
 
 
 def test_the_command_itself_never_imports_tensorflow():

@@ -161,8 +161,13 @@ def test_a_rerun_resumes_and_other_flags_are_refused(coco_run):
     again = finetune(data, out, timeout=120)
     assert again.returncode == 0 and 'done earlier' in again.stdout, again.stdout[-3000:]
     other = finetune(data, out, '--val_photos=photo1', timeout=120)
-    assert_one_line_error(other, '--output_dir=%s holds a fine-tune of other flags (val_photos'
-                          % out, starts_with='finetune: error:')
+    assert_one_line_error(other, "the data changed since %s/model was trained on it (val_photos: "
+                          "was [], now ['photo1']" % out, '--output_dir=%s-2' % out,
+                          starts_with='finetune: error:')
+    other = finetune(data, out, '--model_name=efficientdet-d0', timeout=120)
+    assert_one_line_error(other, '--output_dir=%s holds a fine-tune trained to step 2 with other '
+                          'flags (model_name' % out, 'resume it with its own: python finetune.py',
+                          starts_with='finetune: error:')
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):

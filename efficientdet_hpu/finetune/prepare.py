@@ -18,10 +18,12 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe as recipe_lib
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune import weights as weights_lib
 
@@ -225,15 +227,23 @@ def plan_stage(runner, options):
     request = _request(options, weights_lib.resolve(options.weights, options.model_name))
     train, val = _read_json(layout.train_json), _read_json(layout.val_json)
     data = stats.from_coco(train, val)
-    first = plan_lib.make_plan(data, machine, request)
+    table = costs.load(machine.cpu)
+    first = plan_lib.make_plan(data, machine, request, table=table)
     advice, coverage = doctor_advice(runner, first, train, request)
-    plan = plan_lib.make_plan(data, machine, request, advice, coverage)
+    plan = plan_lib.make_plan(data, machine, request, advice, coverage, table)
     runner.say('\n'.join(plan_file.lines(plan)))
-    content = plan_file.recipe(plan, *training_paths(layout, plan), request.hparams)
+
+    def recipe_of(chosen):
+        content = plan_file.recipe(chosen, *training_paths(layout, chosen), request.hparams)
+        return plan_file.yaml_text(content, rerun_command(layout))
     with atomic_file.replacing(layout.plan_yaml, suffix='.yaml') as temporary:
         with open(temporary, 'w', encoding='utf-8') as stream:
-            stream.write(plan_file.yaml_text(content, rerun_command(layout)))
+            stream.write(recipe_of(plan))
         check_recipe(temporary)  # A bad --hparams override: said now, nothing written.
+    if plan.candidates:
+        search.write_candidates(layout, [plan] + [plan_lib.candidate_plan(
+            plan, data, machine, request, size, advice, coverage, table)
+            for size in plan.candidates[1:]], recipe_of)
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
     return plan
 
@@ -247,6 +257,9 @@ def check_recipe(path):
 def plan_from_record(record) -> plan_lib.Plan:
     """A Plan from dataclasses.asdict(plan) (plan.json)."""
     values = dict(record, weights=plan_lib.Weights(**record['weights']))
-    for key in ('anchors', 'seconds', 'reasons'):
-        values[key] = tuple(tuple(item) for item in record[key])
+    for key in ('anchors', 'seconds', 'reasons', 'schedule_keys'):
+        if key in record:
+            values[key] = tuple(tuple(item) for item in record[key])
+    if 'candidates' in record:
+        values['candidates'] = tuple(record['candidates'])
     return plan_lib.Plan(**values)

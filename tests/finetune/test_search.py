@@ -1,0 +1,61 @@
+"""finetune/search.py: successive halving over candidates whose scores are given, the rungs it
+needs, the line that says what was tried and why the winner won."""
+import json
+import os
+
+from efficientdet_hpu.finetune import search
+
+
+def _scorer(table, calls):
+    def score(name, rung):
+        calls.append((name, rung))
+        return table[name][rung]
+    return score
+
+
+def test_two_candidates_one_rung_the_better_goes_on():
+    calls = []
+    winner, history = search.successive_halving(
+        ['192px', '256px'], _scorer({'192px': [0.31], '256px': [0.28]}, calls), 1)
+    assert winner == '192px'
+    assert history == [(0, '192px', 0.31), (0, '256px', 0.28)]
+    assert calls == [('192px', 0), ('256px', 0)]
+
+
+def test_four_candidates_are_halved_twice_and_the_weak_stop_early():
+    scores = {'a': [0.10, 0.20], 'b': [0.30, 0.25], 'c': [0.20, 0.40], 'd': [0.05, 0.90]}
+    calls = []
+    winner, _ = search.successive_halving(list('abcd'), _scorer(scores, calls), 2)
+    # Rung 0: b (0.30) and c (0.20) go on; a and d stop (d would have won later: the price
+    # of stopping early). Rung 1: c (0.40) beats b (0.25).
+    assert winner == 'c'
+    assert calls == [('a', 0), ('b', 0), ('c', 0), ('d', 0), ('b', 1), ('c', 1)]
+
+
+def test_a_tie_goes_to_the_first_the_plans_own():
+    winner, _ = search.successive_halving(['own', 'other'],
+                                          lambda name, rung: 0.5, 1)
+    assert winner == 'own'
+
+
+def test_rungs_take_the_candidates_down_to_one():
+    assert [search.rungs_for(n) for n in (1, 2, 3, 4, 8)] == [0, 1, 1, 2, 3]
+
+
+def test_the_result_line_names_each_score_and_why():
+    results = [{'name': '192px', 'AP50': 0.312, 'step': 244, 'of_steps': 2440, 'minutes': 1.9},
+               {'name': '256px', 'AP50': 0.288, 'step': 150, 'of_steps': 1500, 'minutes': 2.2}]
+    line = search.result_line(results, '192px')
+    assert line == ('tried 192px (AP50 0.312 at step 244 of 2440, 1.9 min) and 256px (AP50 '
+                    '0.288 at step 150 of 1500, 2.2 min); 192px goes on: the higher AP50 at '
+                    'the same share of its run')
+    tie = [dict(results[0], AP50=0.3), dict(results[1], AP50=0.3)]
+    assert search.result_line(tie, '192px').endswith("a tie, which goes to the plan's own")
+
+
+def test_the_score_is_the_evaluations_ap50(tmp_path):
+    os.makedirs(tmp_path / 'eval')
+    (tmp_path / 'eval' / 'metrics-80.json').write_text(json.dumps(
+        {'metrics': {'AP': 0.12, 'AP50': 0.34}}))
+    assert search.evaluation_score(str(tmp_path), 80) == (0.34, 0.12)
+    assert search.evaluation_score(str(tmp_path), 160) is None

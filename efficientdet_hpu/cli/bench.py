@@ -95,6 +95,8 @@ def define_flags():
     flags.DEFINE_bool('quick', False, 'suite, finetune_costs, finetune_suite: few steps and '
                       'images (checks that the command runs; not for numbers).')
     flags.DEFINE_list('sets', [], 'finetune_suite: the sets to run (default: all).')
+    flags.DEFINE_string('work_dir', None, 'finetune_suite: where its data and runs are kept and '
+                        'reused (default runs/finetune-suite, -quick with --quick).')
 
 
 def resolve_config():
@@ -255,7 +257,8 @@ def cmd_finetune_costs():
 
 def cmd_finetune_suite():
     from efficientdet_hpu.benchmarks import finetune_suite  # pylint: disable=import-outside-toplevel
-    result = finetune_suite.run(FLAGS.sets, quick=FLAGS.quick, output=FLAGS.output)
+    result = finetune_suite.run(FLAGS.sets, quick=FLAGS.quick, output=FLAGS.output,
+                                work=FLAGS.work_dir)
     emit(result, result['rows'], finetune_suite.COLUMNS)
 
 

@@ -177,3 +177,15 @@ def after_probe(runner, plan, decision):
                                     images_per_second=decision['rate'])
     rewrite(runner.layout, corrected)
     return corrected
+
+
+def used_line(minutes, max_minutes, ended) -> str:
+    """The closing line: how much of the budget the run used, and why less when it did."""
+    share = minutes / max_minutes
+    line = '  budget: %.1f of %g min used (%.0f%%)' % (minutes, max_minutes, 100 * share)
+    if ended == 'early stop' and share < 0.9:
+        line += '; training ended early: the AP stopped rising (early stop)'
+    elif share > 1.1 or share < 0.9:
+        line += '; outside 10%%: the stages took %s than the estimates and the first steps ' \
+                'said' % ('longer' if share > 1 else 'less time')
+    return line

@@ -259,4 +259,7 @@ def _run(runner, options):
     summary = _finish(runner, plan, record, training, deadline)
     runner.say('fine-tune done in %.1f min (%s):' % (summary['minutes'], layout.summary_json))
     runner.say('\n'.join(report.table(summary)))
+    if options.max_minutes:
+        runner.say(budget.used_line(summary['minutes'], options.max_minutes,
+                                    summary['training_ended']))
     return summary

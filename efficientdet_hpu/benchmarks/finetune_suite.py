@@ -15,6 +15,7 @@ rerunning the command reuses finished sides.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -36,16 +37,27 @@ COLUMNS = (('set', 'set', '%s'), ('budget min', 'budget_minutes', '%.0f'),
 
 
 def _run(command, timeout, log, what):
-    """Runs command from the repository root, its output in `log`; returns (seconds, output)."""
+    """Runs command from the repository root, its output written to `log` as it comes (and
+    kept); returns (seconds, output)."""
     print('$ ' + ' '.join(command), flush=True)
-    start = time.monotonic()
-    result = processes.run(command, timeout, cwd=report.REPO)
     os.makedirs(os.path.dirname(log), exist_ok=True)
+    lines = []
+    start = time.monotonic()
     with open(log, 'a') as stream:
-        stream.write('$ %s\n%s' % (' '.join(command), result.stdout))
-    if result.returncode != 0:
-        raise BenchError('%s failed (exit %d); its output: %s' % (what, result.returncode, log))
-    return time.monotonic() - start, result.stdout
+        stream.write('$ %s\n' % ' '.join(command))
+
+        def on_line(line):
+            lines.append(line)
+            stream.write(line + '\n')
+            stream.flush()
+        try:
+            status, _ = processes.run_streaming(command, timeout, on_line, cwd=report.REPO)
+        except subprocess.TimeoutExpired:
+            raise BenchError('%s did not end within %.0f min and was stopped; its output: %s'
+                             % (what, timeout / 60.0, log)) from None
+    if status != 0:
+        raise BenchError('%s failed (exit %d); its output: %s' % (what, status, log))
+    return time.monotonic() - start, '\n'.join(lines)
 
 
 def one_command(data_set, built, pth, directory):

@@ -233,8 +233,9 @@ class _Sized:
 
 
 def choose_steps(request, sized_inputs, table, search_seconds=0.0) -> tuple:
-    """(steps, why): PASSES over the training images within [MIN_STEPS, MAX_STEPS], fewer
-    when the budget (--max_minutes) ends first; --steps wins."""
+    """(steps, why): without a budget PASSES over the training images within [MIN_STEPS,
+    MAX_STEPS]; with one (--max_minutes) the steps that fill it (early stopping ends the run
+    sooner when the AP stops rising), at most MAX_STEPS; --steps wins."""
     train_images, val_images, global_batch, rate, startup = sized_inputs
     if request.steps:
         return request.steps, 'asked with --steps'
@@ -246,8 +247,8 @@ def choose_steps(request, sized_inputs, table, search_seconds=0.0) -> tuple:
     parts = schedule_lib.seconds(table, rate, startup, global_batch, train_images, val_images,
                                  0, search_seconds)
     fixed = sum(s for part, s in parts if part not in ('training', 'evaluations'))
-    fitting = schedule_lib.fitting_steps(budget, fixed, rate, global_batch,
-                                         table.evaluation_seconds(rate, val_images))
+    fitting = min(MAX_STEPS, schedule_lib.fitting_steps(
+        budget, fixed, rate, global_batch, table.evaluation_seconds(rate, val_images)))
     if fitting < schedule_lib.MIN_BUDGET_STEPS:
         raise PlanError('--max_minutes=%g is too short: the stages besides training take about '
                         '%.0f min here; give at least %.0f' % (
@@ -258,7 +259,10 @@ def choose_steps(request, sized_inputs, table, search_seconds=0.0) -> tuple:
         return fitting, '%s would take %d steps; %d fit --max_minutes=%g%s' % (
             why, wanted, fitting, request.max_minutes, schedule_lib.trade_line(
                 fitting, global_batch, train_images, wanted))
-    return wanted, why + ' (within --max_minutes=%g)' % request.max_minutes
+    return fitting, ('%d fill --max_minutes=%g: %.0f passes over the %d training images (%d '
+                     'wanted); early stopping ends the run sooner when the AP stops rising' % (
+                         fitting, request.max_minutes, fitting * global_batch / float(
+                             train_images), train_images, PASSES))
 
 
 def _sized(data, hardware, request, table, model, size, tiling, search_seconds=0.0):

@@ -98,11 +98,13 @@ def test_the_budget_caps_the_steps():
     assert plan.total_seconds <= 15 * 60
     steps_line = dict(plan.reasons)['steps']
     assert '895 fit --max_minutes=15; the budget holds 72 passes of the 100 wanted' in steps_line
-    # 20 min hold the 100 passes (1250 steps, 1000 s; 1016.67 s spare): the budget caps nothing.
+    # 20 min hold more than the 100 passes (1250 steps): 1016.67 s spare, 1270 steps fill it
+    # (10 evaluations of 127), 101.6 passes; early stopping ends it sooner on a plateau.
     roomy = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=weights, max_minutes=20),
                                table=TABLE)
-    assert roomy.steps == 1250
-    assert dict(roomy.reasons)['steps'].endswith('(within --max_minutes=20)')
+    assert (roomy.steps, roomy.eval_interval) == (1270, 127)
+    assert dict(roomy.reasons)['steps'].startswith(
+        '1270 steps of 8 images: 1270 fill --max_minutes=20: 102 passes')
 
 
 def test_a_budget_too_short_for_the_fixed_stages_is_one_line():

@@ -48,16 +48,18 @@ def test_small_photos_train_small_and_search_the_next_size():
 
 def test_few_photos_keep_the_full_size_and_widen_the_jitter():
     """40 photos of 640 px, boxes a third to half of them, 30 min: at 320 px the fixed stages
-    take 2 x 5 + 50 / 20 + 20 + 30 + 20 + 10 / 30 + 70 = 152.83 s, and 100 passes are 500
-    steps (400 s): every size gets its 100 passes, so the largest (320, the model's own; the
-    640 px photos allow more) with no search; 100 passes of 40 photos widen the jitter."""
+    take 2 x 5 + 50 / 20 + 20 + 30 + 20 + 10 / 30 + 70 = 152.83 s and 10 evaluations 2 + 10 /
+    30 = 2.33 s each: 1800 - 152.83 - 23.33 = 1623.83 s fill 2029 steps, 405 passes (in 10
+    evaluations of 202: 2020). Every size gets 50 passes, so the largest (320, the model's
+    own; the 640 px photos allow more), no search; 40 photos seen 100 times or more widen
+    the jitter."""
     plan = plan_lib.make_plan(FEW_PHOTOS, ROOMY,
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=30), table=TABLE)
     assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
-        320, 500, 50, ())
+        320, 2020, 202, ())
     keys = dict(plan.schedule_keys)
     assert (keys['jitter_min'], keys['jitter_max']) == (0.7, 1.3)
-    assert '40 photos seen about 100 times' in dict(plan.reasons)['augmentation']
+    assert '40 photos seen about 404 times' in dict(plan.reasons)['augmentation']
 
 
 def test_many_classes_and_photos_in_a_short_budget_train_small_without_a_search():

@@ -50,8 +50,13 @@ def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=
     return max(done + (1 if left_in_interval else 0) + more, done + 1, 1)
 
 
+def steps_asked(plan) -> bool:
+    """True when --steps set the steps: they stay (the time budget still stops training)."""
+    return dict(plan.reasons).get('steps', '').endswith('asked with --steps')
+
+
 def worth_changing(plan, evaluations) -> bool:
-    return (evaluations != plan.evaluations
+    return (not steps_asked(plan) and evaluations != plan.evaluations
             and abs(evaluations - plan.evaluations) * plan.eval_interval
             > TOLERANCE * plan.steps)
 
@@ -147,7 +152,7 @@ def before_training(runner, plan, deadline, step):
     plan.yaml and plan.json rewritten when that changes them. Returns the plan."""
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
     layout = runner.layout
-    if deadline is None or os.path.exists(layout.training_json):
+    if deadline is None or os.path.exists(layout.training_json) or steps_asked(plan):
         return plan
     if plan_file.planned_evaluations(layout.plan_yaml) != plan.evaluations:
         runner.say('  steps as --hparams set them: not corrected to the time left')

@@ -73,3 +73,19 @@ def test_the_probe_reads_the_first_rate_and_asks_for_a_restart(plan, tmp_path):
     assert probe('step 40/890 ... images/s') is False  # Decided once.
     assert 'measured at step 20: 20.0 training images/s (planned 10.0)' in budget.steps_line(
         plan, probe.decision)
+
+
+def test_steps_asked_with_the_flag_stay(plan):
+    import dataclasses
+    asked = dataclasses.replace(plan, reasons=tuple(
+        (topic, '890 steps of 8 images: asked with --steps' if topic == 'steps' else text)
+        for topic, text in plan.reasons))
+    assert budget.steps_asked(asked) and not budget.steps_asked(plan)
+    assert not budget.worth_changing(asked, 13)
+
+
+def test_the_closing_line_says_how_much_of_the_budget_was_used():
+    assert budget.used_line(19.4, 20, 'completed') == '  budget: 19.4 of 20 min used (97%)'
+    assert budget.used_line(12.0, 20, 'early stop').endswith(
+        'training ended early: the AP stopped rising (early stop)')
+    assert 'outside 10%: the stages took longer' in budget.used_line(23.0, 20, 'completed')

@@ -3,7 +3,8 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
 
   before training  the time left after the data, doctor and converter stages, measured, sets
                    the number of evaluations (the interval stays: the steps are whole
-                   evaluations, as plan.yaml gives main.py)
+                   evaluations, as plan.yaml gives main.py); their time against the estimate
+                   scales the estimates of what follows
   first steps      main.py's first logged rate (images/s) and its start-up against the cost
                    table's: when the steps that fit differ from the planned ones by more than
                    TOLERANCE, training is stopped (SIGTERM: a checkpoint), plan.yaml gets the
@@ -147,9 +148,11 @@ def rewrite(layout, plan, notes=()):
 
 
 def before_training(runner, plan, deadline, step):
-    """The plan's evaluations set to what fits the time left now (the stages before measured;
-    the rate the one measured in model_dir when there is one, e.g. a search's winner);
-    plan.yaml and plan.json rewritten when that changes them. Returns the plan."""
+    """The plan's evaluations set to what fits the time left now: the stages before measured
+    (their time against the estimate also scales the start-up, the rate and the end, a busy
+    machine slowing them alike; not on a rerun, whose stages were reused), the rate the one
+    measured in model_dir when there is one (e.g. a search's winner); plan.yaml and plan.json
+    rewritten when that changes them. Returns the plan."""
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
     layout = runner.layout
     if deadline is None or os.path.exists(layout.training_json) or steps_asked(plan):
@@ -157,13 +160,20 @@ def before_training(runner, plan, deadline, step):
     if plan_file.planned_evaluations(layout.plan_yaml) != plan.evaluations:
         runner.say('  steps as --hparams set them: not corrected to the time left')
         return plan
-    rate = measured_rate(layout.model_dir) or plan.images_per_second
+    planned_data = dict(plan.seconds)['data']
+    spent = runner.elapsed()
+    load = load_factor(spent, planned_data) if spent > 0.5 * planned_data else 1.0
+    measured = measured_rate(layout.model_dir)
+    rate = measured or plan.images_per_second / load
     left = deadline - time.time()
-    evaluations = corrected_evaluations(plan, left, step or 0, rate, plan.startup_seconds)
+    evaluations = corrected_evaluations(plan, left, step or 0, rate, plan.startup_seconds * load,
+                                        load)
     if evaluations == plan.evaluations:
         return plan
     why = ('%.1f min left after the stages before training, at %.1f images/s%s' % (
-        left / 60.0, rate, ' (measured)' if rate != plan.images_per_second else ''))
+        left / 60.0, rate, ' (measured)' if measured else '') + (
+            '; they took %.1f min, %.1f times the estimate: the rest estimated as slow' % (
+                spent / 60.0, load) if load != 1.0 else ''))
     corrected = dataclasses.replace(with_evaluations(plan, evaluations, why),
                                     images_per_second=rate)
     runner.say('  %d steps instead of %d: %s' % (corrected.steps, plan.steps, why))

@@ -89,3 +89,50 @@ def test_the_closing_line_says_how_much_of_the_budget_was_used():
     assert budget.used_line(12.0, 20, 'early stop').endswith(
         'training ended early: the AP stopped rising (early stop)')
     assert 'outside 10%: the stages took longer' in budget.used_line(23.0, 20, 'completed')
+
+
+class _Runner:
+    """A runner whose stages took `elapsed` seconds; says lines into `said`."""
+
+    def __init__(self, root, elapsed):
+        from efficientdet_hpu.finetune import runner as runner_lib
+        self.layout, self._elapsed, self.said = runner_lib.Layout(str(root)), elapsed, []
+
+    def elapsed(self):
+        return self._elapsed
+
+    def say(self, text=''):
+        self.said.append(text)
+
+
+def _written(plan, root):
+    from efficientdet_hpu.finetune import plan_file
+    runner_root = root / 'out'
+    runner_root.mkdir()
+    content = plan_file.recipe(plan, '/r/train-*', '/r/val-*', '/r/val.json')
+    (runner_root / 'plan.yaml').write_text(plan_file.yaml_text(content, 'python main.py ...'))
+    return runner_root
+
+
+def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path):
+    from efficientdet_hpu.finetune import plan_file
+    root = _written(plan, tmp_path)
+    # The data stage was planned at 36 s and took 36 (load 1); 500 s are left: 500 - 90.67 -
+    # 30 (the start-up) = 379.33 s; an interval is 89 x 8 / 10 + 2.67 = 73.87 s: 5 of them.
+    runner = _Runner(root, 36.0)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None)
+    assert (corrected.evaluations, corrected.steps) == (5, 445)
+    assert plan_file.planned_evaluations(str(root / 'plan.yaml')) == 5
+    with open(root / 'plan.json') as stream:
+        assert json.load(stream)['steps'] == 445
+    assert runner.said[0].startswith('  445 steps instead of 890: 8.3 min left')
+
+
+def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
+    # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33, an
+    # evaluation 5.33 and the rate 5 images/s: 500 - 181.33 - 60 = 258.67 s; an interval
+    # 89 x 8 / 5 + 5.33 = 147.73 s: 1 of them.
+    runner = _Runner(_written(plan, tmp_path), 72.0)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None)
+    assert corrected.evaluations == 1 and corrected.images_per_second == 5.0
+    assert '2.0 times the estimate' in runner.said[0]

@@ -22,6 +22,10 @@ from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.finetune import plan_file
 
 GRACE_SECONDS = 900
+MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
+# The search runs only while the time left holds at least this share of what the plan gave
+# the search, the training and what follows (the stages before may have taken longer).
+TIME_LEFT_SHARE = 0.75
 
 
 def successive_halving(names, score, rungs):
@@ -93,7 +97,7 @@ class _Candidates:
         model_dir = self.model_dir(name)
         final = dict(plan.seconds)['whole photos + export']
         stop_after = (None if self.deadline is None else
-                      max(60.0, self.deadline - time.time() - final))
+                      max(MIN_RUN_SECONDS, self.deadline - time.time() - final))
         started = time.monotonic()
         self.runner.say('  %s: training to step %d (its evaluation %d of %d)' % (
             name, step, rung + 1, plan.evaluations))
@@ -135,6 +139,21 @@ def search_stage(runner, plan, deadline, from_record):
     record_path = layout.path('search.json')
     if not plan.candidates or os.path.exists(record_path):
         return plan
+    parts = dict(plan.seconds)
+    needed = sum(parts.get(name, 0.0) for name in ('search', 'training', 'evaluations',
+                                                   'whole photos + export'))
+    if deadline is not None and deadline - time.time() < TIME_LEFT_SHARE * needed:
+        line = ('not searched: %.1f min left of the %.1f the plan gave the search and what '
+                'follows (the stages before took longer); %dpx, the plan\'s own, goes on' % (
+                    (deadline - time.time()) / 60.0, needed / 60.0, plan.image_size))
+        runner.say('  ' + line)
+        kept = dataclasses.replace(plan, reasons=tuple(
+            (topic, line if topic == 'search' else text) for topic, text in plan.reasons))
+        atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(kept))
+        atomic_file.write_json_atomically(record_path, {'tried': [], 'winner': name_of(
+            plan.image_size), 'line': line})
+        shutil.rmtree(layout.path('candidates'), ignore_errors=True)
+        return kept
     plans = []
     for size in plan.candidates:
         with open(os.path.join(candidate_dir(layout, name_of(size)), 'plan.json')) as stream:

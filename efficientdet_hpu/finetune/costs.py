@@ -125,7 +125,9 @@ class Table:
         if own:
             rate = _interpolate([(p, r.images_per_second) for p, r in own], image_size ** 2)
             exact = any(r.image_size == image_size for _, r in own)
-            return rate, '' if exact else 'interpolated between measured sizes'
+            return rate, '' if exact else (
+                'interpolated between measured sizes' if len(own) > 1 else
+                'scaled by pixels from %d px' % own[0][1].image_size)
         kin = [r for r in self.rates if family(r.model) == family(model_name)] or list(self.rates)
         base = min(kin, key=lambda r: (abs(math.log(FLOPS[r.model] / FLOPS[model_name])),
                                        abs(r.image_size - image_size)))

@@ -103,12 +103,14 @@ def header_of(text) -> list:
 
 def set_evaluations(path, evaluations, notes=()):
     """Rewrites the recipe at `path` with num_epochs = `evaluations` (the steps are whole
-    evaluations), its header kept and `notes` added to it as comment lines."""
+    evaluations), its header kept and `notes` (a search's result) added to it as comment
+    lines in place of earlier ones."""
     with open(path, encoding='utf-8') as stream:
         text = stream.read()
     content = yaml.safe_load(text)
     content['num_epochs'] = int(evaluations)
-    header = [line for line in header_of(text) if not line.startswith('# search: ')]
+    header = [line for line in header_of(text)  # A new search result replaces the old.
+              if not (notes and line.startswith('# search: '))]
     header += ['# search: %s' % note for note in notes]
     with atomic_file.replacing(path, suffix='.yaml') as temporary:
         with open(temporary, 'w', encoding='utf-8') as stream:

@@ -122,8 +122,10 @@ class _Candidates:
 
 def result_line(results, winner) -> str:
     """'tried 192px (AP50 0.312 at step 80 of 800) and 256px (...); 192px won: ...'."""
-    tried = ' and '.join('%s (AP50 %.3f at step %d of %d, %.1f min)' % (
-        r['name'], r['AP50'], r['step'], r['of_steps'], r['minutes']) for r in results)
+    tried = ' and '.join('%s (%s at step %d of %d, %.1f min)' % (
+        r['name'], 'AP50 %.3f' % r['AP50'] if r['AP50'] >= 0 else
+        'no evaluation: stopped by the budget before it', r['step'], r['of_steps'],
+        r['minutes']) for r in results)
     others = [r for r in results if r['name'] != winner]
     best = next(r for r in results if r['name'] == winner)
     why = ('the higher AP50 at the same share of its run' if all(

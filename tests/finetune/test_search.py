@@ -59,3 +59,21 @@ def test_the_score_is_the_evaluations_ap50(tmp_path):
         {'metrics': {'AP': 0.12, 'AP50': 0.34}}))
     assert search.evaluation_score(str(tmp_path), 80) == (0.34, 0.12)
     assert search.evaluation_score(str(tmp_path), 160) is None
+
+
+def test_a_candidate_stopped_before_its_evaluation_is_said():
+    results = [{'name': '128px', 'AP50': -1.0, 'step': 73, 'of_steps': 730, 'minutes': 2.4},
+               {'name': '192px', 'AP50': 0.2, 'step': 55, 'of_steps': 440, 'minutes': 2.4}]
+    assert search.result_line(results, '192px').startswith(
+        'tried 128px (no evaluation: stopped by the budget before it at step 73 of 730')
+
+
+def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
+    from efficientdet_hpu.finetune import plan_file
+    path = tmp_path / 'plan.yaml'
+    path.write_text('# header\nmode: train_and_eval\nnum_epochs: 10\n')
+    plan_file.set_evaluations(str(path), 8, ['tried 128px and 192px'])
+    plan_file.set_evaluations(str(path), 6)
+    text = path.read_text()
+    assert text.startswith('# header\n# search: tried 128px and 192px\n')
+    assert plan_file.planned_evaluations(str(path)) == 6

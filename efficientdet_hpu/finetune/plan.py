@@ -303,11 +303,6 @@ def _choose_size(data, hardware, request, table, model, advice):
         return (_sized(data, hardware, request, table, model, native, tiling[:2]), (),
                 [('image size', '%d px: %s\'s own, tiles of it' % (native, model)),
                  ('tiling', tiling[2])], 0.0)
-    advised = dict(advice).get('image_size')
-    if isinstance(advised, int):
-        return (_sized(data, hardware, request, table, model, advised, (0, 0)), (),
-                [('image size', '%d px: the data doctor\'s advice (more of the boxes reach an '
-                                'anchor)' % advised), ('tiling', tiling[2])], 0.0)
     floor, top, bounds_why = sizing.bounds(data.train, native)
     budgeted = request.max_minutes and not request.steps
 
@@ -318,24 +313,30 @@ def _choose_size(data, hardware, request, table, model, advice):
             return _sized(data, hardware, request, table, model, side, (0, 0)).passes
         except PlanError:
             return 0.0
-    side, larger, why = sizing.choose(floor, top, passes_at)
-    sized = _sized(data, hardware, request, table, model, side, (0, 0))
+    side, other_side, why = sizing.choose(floor, top, passes_at)
     reasons = [('image size', '%d px: %s; %s' % (side, why, bounds_why)), ('tiling', tiling[2])]
-    if not larger:
+    advised = dict(advice).get('image_size')
+    if isinstance(advised, int):  # The doctor, run at `side`, found it too small for anchors.
+        reasons[0] = ('image size', '%d px: the data doctor\'s advice (more of the boxes reach '
+                                    'an anchor) over the %d px of the rule (%s)' % (
+                                        advised, side, why))
+        side, other_side = advised, (side if budgeted and side < advised else 0)
+    sized = _sized(data, hardware, request, table, model, side, (0, 0))
+    if not other_side:
         return sized, (), reasons, 0.0
-    other = _sized(data, hardware, request, table, model, larger, (0, 0))
+    other = _sized(data, hardware, request, table, model, other_side, (0, 0))
     cost = search_seconds(sized, other, table)
     training = sized.steps * sized.global_batch / sized.rate
     if cost > SEARCH_MAX_SHARE * training:
         return sized, (), reasons + [('search', 'none: trying %d px beside %d would cost %.1f '
                                                 'min, over %d%% of the training' % (
-                                                    larger, side, cost / 60.0,
+                                                    other_side, side, cost / 60.0,
                                                     100 * SEARCH_MAX_SHARE))], 0.0
     sized = _sized(data, hardware, request, table, model, side, (0, 0), cost)
-    return sized, (side, larger), reasons + [('search', (
-        '%d px against %d px: the rule cannot weigh detail against passes, so both train to '
+    return sized, (side, other_side), reasons + [('search', (
+        '%d px against %d px: the rules cannot weigh detail against passes, so both train to '
         'their first evaluation and the one with the higher AP50 on the validation images '
-        'goes on (%.1f min of the budget kept for it)' % (side, larger, cost / 60.0)))], cost
+        'goes on (%.1f min of the budget kept for it)' % (side, other_side, cost / 60.0)))], cost
 
 
 def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> Plan:

@@ -18,6 +18,7 @@ plan reads on this CPU) with the CPU, the date and the load average at the start
 """
 import json
 import os
+import pprint
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,10 @@ BATCH = 8
 MEASURE_SECONDS = 40  # Measured steps per entry: about this long at the expected rate.
 EVAL_IMAGES, TRAIN_IMAGES = 32, 64
 USER_TABLE = os.path.join('~', '.cache', 'efficientdet_hpu', 'finetune-costs.json')
+MODULE_HEADER = ('"""The cost table shipped with the package (finetune/costs.py reads it where no '
+                 'table measured on\nthis CPU is found). Written by `python bench.py '
+                 'finetune_costs\n--output=efficientdet_hpu/finetune/cost_table.py` (the wheel '
+                 'holds only Python modules)."""\n')
 
 
 def _timed(command, env, what):
@@ -212,8 +217,13 @@ COLUMNS = (('model', 'model', '%s'), ('px', 'image_size', '%d'),
 
 
 def write(table, output=None):
-    """Writes the table; returns its path."""
+    """Writes the table (JSON; a Python module, TABLE = {...}, when `output` ends in .py: the
+    form the package ships, finetune/cost_table.py); returns its path."""
     path = os.path.expanduser(output or USER_TABLE)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_file.write_json_atomically(path, table, indent=1)
+    if path.endswith('.py'):
+        atomic_file.write_text_atomically(path, MODULE_HEADER + 'TABLE = %s\n' % pprint.pformat(
+            table, width=96, sort_dicts=False))
+    else:
+        atomic_file.write_json_atomically(path, table, indent=1)
     return path

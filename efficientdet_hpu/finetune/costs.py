@@ -6,8 +6,8 @@ and date it was measured on.
 
 The table the plan reads: $EFFICIENTDET_FINETUNE_COSTS when set, else the one the command
 writes by default (~/.cache/efficientdet_hpu/finetune-costs.json) when it was measured on this
-CPU, else the table shipped with the package (costs.json, measured on this project's 2-core
-CPU VM). Sizes between the measured ones are interpolated in log-log (rate against pixels);
+CPU, else the table shipped with the package (finetune/cost_table.py, measured on this
+project's 2-core CPU VM). Sizes between the measured ones are interpolated in log-log (rate against pixels);
 variants not measured are scaled from their family's nearest measured entry by multiply-adds
 (docs/models.md) and pixels; other core counts linearly (an assumption, said with the
 estimate, and corrected by the first training steps' measured rate: finetune/budget.py).
@@ -19,6 +19,7 @@ import os
 from typing import Tuple
 
 from efficientdet_hpu.config.model_variants import MODEL_VARIANTS
+from efficientdet_hpu.finetune import cost_table
 
 # Multiply-adds (billions) at each variant's own image size: docs/models.md, the paper.
 FLOPS = {
@@ -30,7 +31,6 @@ FLOPS = {
 }
 # Each variant's own image size, from the D0-D7x table.
 NATIVE_SIZE = {name: variant['image_size'] for name, variant in MODEL_VARIANTS.items()}
-SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'costs.json')
 USER_TABLE = os.path.join('~', '.cache', 'efficientdet_hpu', 'finetune-costs.json')
 ENVIRONMENT = 'EFFICIENTDET_FINETUNE_COSTS'
 
@@ -115,7 +115,7 @@ class Table:
                    float(stages['export_seconds']), source)
 
     def line(self) -> str:
-        """'measured on AMD EPYC 9B14, 2 logical cores, ... on 2026-11-27 (costs.json)'."""
+        """'measured on AMD EPYC 9B14, 2 logical cores, ... on 2026-11-27 (cost_table.py)'."""
         return 'measured on %s on %s (%s)' % (self.machine, self.date, self.source)
 
     def _measured(self, model_name, image_size):
@@ -190,7 +190,8 @@ def load(cpu='', path=None) -> Table:
                 return Table.from_json(record, user)
         except (OSError, ValueError, KeyError):
             pass  # A damaged user table: the shipped one.
-    return Table.from_json(_read(SHIPPED), 'the table shipped with efficientdet_hpu')
+    return Table.from_json(cost_table.TABLE, 'the table shipped with efficientdet_hpu, '
+                                             'finetune/cost_table.py')
 
 
 def for_machine(table, cpu) -> str:

@@ -96,3 +96,14 @@ def test_the_quick_suite_runs_both_sides(tmp_path):
     for ap50 in (cells[2], cells[5]):
         assert 0.0 <= float(ap50) <= 1.0
     assert os.path.exists(tmp_path / 'runs' / 'quick-shapes' / 'finetune' / 'summary.json')
+
+
+def test_a_table_written_as_a_module_reads_back(tmp_path):
+    import importlib.util
+    from efficientdet_hpu.finetune import cost_table
+    path = finetune_costs.write(cost_table.TABLE, str(tmp_path / 'cost_table.py'))
+    spec = importlib.util.spec_from_file_location('written_table', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.TABLE == cost_table.TABLE
+    assert costs.Table.from_json(module.TABLE).cores == 2

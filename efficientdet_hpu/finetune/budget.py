@@ -147,6 +147,13 @@ def rewrite(layout, plan, notes=()):
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
 
 
+def stages_load(runner, plan) -> float:
+    """The stages before training's measured time over their estimate (load_factor), 1.0 on
+    a rerun (their results reused: no measurement)."""
+    planned, spent = dict(plan.seconds)['data'], runner.elapsed()
+    return load_factor(spent, planned) if spent > 0.5 * planned else 1.0
+
+
 def before_training(runner, plan, deadline, step):
     """The plan's evaluations set to what fits the time left now: the stages before measured
     (their time against the estimate also scales the start-up, the rate and the end, a busy
@@ -160,9 +167,7 @@ def before_training(runner, plan, deadline, step):
     if plan_file.planned_evaluations(layout.plan_yaml) != plan.evaluations:
         runner.say('  steps as --hparams set them: not corrected to the time left')
         return plan
-    planned_data = dict(plan.seconds)['data']
-    spent = runner.elapsed()
-    load = load_factor(spent, planned_data) if spent > 0.5 * planned_data else 1.0
+    spent, load = runner.elapsed(), stages_load(runner, plan)
     measured = measured_rate(layout.model_dir)
     rate = measured or plan.images_per_second / load
     left = deadline - time.time()

@@ -19,13 +19,14 @@ import shutil
 import time
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan_file
 
 GRACE_SECONDS = 900
 MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
-# The search runs only while the time left holds at least this share of what the plan gave
-# the search, the training and what follows (the stages before may have taken longer).
-TIME_LEFT_SHARE = 0.75
+# The search runs only while its cost (scaled as the stages before ran slower or faster than
+# estimated) stays within this share of the training time left: plan.SEARCH_MAX_SHARE.
+SEARCH_SHARE = 0.25
 
 
 def successive_halving(names, score, rungs):
@@ -142,12 +143,16 @@ def search_stage(runner, plan, deadline, from_record):
     if not plan.candidates or os.path.exists(record_path):
         return plan
     parts = dict(plan.seconds)
-    needed = sum(parts.get(name, 0.0) for name in ('search', 'training', 'evaluations',
-                                                   'whole photos + export'))
-    if deadline is not None and deadline - time.time() < TIME_LEFT_SHARE * needed:
-        line = ('not searched: %.1f min left of the %.1f the plan gave the search and what '
-                'follows (the stages before took longer); %dpx, the plan\'s own, goes on' % (
-                    (deadline - time.time()) / 60.0, needed / 60.0, plan.image_size))
+    load = budget.stages_load(runner, plan)
+    left = None if deadline is None else deadline - time.time()
+    training_left = None if left is None else left - (
+        parts['whole photos + export'] + parts['start-up']) * load
+    if left is not None and parts.get('search', 0.0) * load > SEARCH_SHARE * training_left:
+        line = ('not searched: %.1f min left, and the stages before took %.1f times their '
+                'estimate: the search would cost about %.1f min, over %d%% of the training '
+                'left; %dpx, the plan\'s own, goes on' % (
+                    left / 60.0, load, parts.get('search', 0.0) * load / 60.0,
+                    100 * SEARCH_SHARE, plan.image_size))
         runner.say('  ' + line)
         kept = dataclasses.replace(plan, reasons=tuple(
             (topic, line if topic == 'search' else text) for topic, text in plan.reasons))

@@ -77,3 +77,34 @@ def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
     text = path.read_text()
     assert text.startswith('# header\n# search: tried 128px and 192px\n')
     assert plan_file.planned_evaluations(str(path)) == 6
+
+
+def test_a_slow_start_skips_the_search(tmp_path):
+    """SMALL_PHOTOS in 20 min plans 192 px against 256 (tests/finetune/test_sizing.py): the
+    data stage planned at 66 s took 198, three times: the search's 160.67 s would cost 482 s,
+    over a quarter of the 1000 - (91.67 + 30) x 3 = 635 s of training left."""
+    import time
+    from efficientdet_hpu.finetune import plan as plan_lib
+    from efficientdet_hpu.finetune import prepare
+    from efficientdet_hpu.finetune import runner as runner_lib
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+
+    class Runner:
+        layout = runner_lib.Layout(str(tmp_path))
+        said = []
+
+        def elapsed(self):
+            return 198.0
+
+        def say(self, text=''):
+            self.said.append(text)
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY,
+                              plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
+    assert plan.candidates == (192, 256)
+    runner = Runner()
+    kept = search.search_stage(runner, plan, time.time() + 1000, prepare.plan_from_record)
+    assert kept.image_size == 192 and kept.steps == plan.steps
+    line = dict(kept.reasons)['search']
+    assert line.startswith('not searched: 16.7 min left, and the stages before took 3.0 times')
+    with open(tmp_path / 'search.json') as stream:
+        assert json.load(stream)['tried'] == []

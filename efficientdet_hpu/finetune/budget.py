@@ -147,19 +147,20 @@ def rewrite(layout, plan, notes=()):
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
 
 
-def stages_load(runner, plan) -> float:
-    """The stages before training's measured time over their estimate (load_factor), 1.0 on
-    a rerun (their results reused: no measurement)."""
-    planned, spent = dict(plan.seconds)['data'], runner.elapsed()
+def stages_load(plan, spent) -> float:
+    """The stages before training's measured time (`spent` seconds) over their estimate
+    (load_factor), 1.0 on a rerun (their results reused: no measurement)."""
+    planned = dict(plan.seconds)['data']
     return load_factor(spent, planned) if spent > 0.5 * planned else 1.0
 
 
-def before_training(runner, plan, deadline, step):
+def before_training(runner, plan, deadline, step, spent):
     """The plan's evaluations set to what fits the time left now: the stages before measured
     (their time against the estimate also scales the start-up, the rate and the end, a busy
     machine slowing them alike; not on a rerun, whose stages were reused), the rate the one
     measured in model_dir when there is one (e.g. a search's winner); plan.yaml and plan.json
-    rewritten when that changes them. Returns the plan."""
+    rewritten when that changes them. `spent`: the seconds the stages before training took.
+    Returns the plan."""
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
     layout = runner.layout
     if deadline is None or os.path.exists(layout.training_json) or steps_asked(plan):
@@ -167,7 +168,7 @@ def before_training(runner, plan, deadline, step):
     if plan_file.planned_evaluations(layout.plan_yaml) != plan.evaluations:
         runner.say('  steps as --hparams set them: not corrected to the time left')
         return plan
-    spent, load = runner.elapsed(), stages_load(runner, plan)
+    load = stages_load(plan, spent)
     measured = measured_rate(layout.model_dir)
     rate = measured or plan.images_per_second / load
     left = deadline - time.time()

@@ -134,16 +134,16 @@ def result_line(results, winner) -> str:
     return 'tried %s; %s goes on: %s' % (tried, winner, why)
 
 
-def search_stage(runner, plan, deadline, from_record):
+def search_stage(runner, plan, deadline, from_record, spent):
     """Runs the search when the plan has candidates and none has run; returns the plan to
-    train (the winner's, its steps corrected to the time left), with plan.yaml, plan.json and
-    model/ the winner's. from_record: plan.json's dict -> Plan."""
+    train (the winner's), with plan.yaml, plan.json and model/ the winner's. from_record:
+    plan.json's dict -> Plan; spent: the seconds the stages before took."""
     layout = runner.layout
     record_path = layout.path('search.json')
     if not plan.candidates or os.path.exists(record_path):
         return plan
     parts = dict(plan.seconds)
-    load = budget.stages_load(runner, plan)
+    load = budget.stages_load(plan, spent)
     left = None if deadline is None else deadline - time.time()
     training_left = None if left is None else left - (
         parts['whole photos + export'] + parts['start-up']) * load

@@ -251,8 +251,9 @@ def _run(runner, options):
     records_stage(runner, plan, record)
     _stage(runner, 4, 'training: %d steps of %d images' % (plan.steps, plan.global_batch),
            _remaining(plan, 'start-up'), deadline)
-    plan = search.search_stage(runner, plan, deadline, prepare.plan_from_record)
-    plan = budget.before_training(runner, plan, deadline, latest_step(layout.model_dir))
+    spent = runner.elapsed()  # The stages before training, measured.
+    plan = search.search_stage(runner, plan, deadline, prepare.plan_from_record, spent)
+    plan = budget.before_training(runner, plan, deadline, latest_step(layout.model_dir), spent)
     training = training_stage(runner, plan, deadline)
     with open(layout.plan_json) as stream:  # Its steps as training last corrected them.
         plan = prepare.plan_from_record(json.load(stream))

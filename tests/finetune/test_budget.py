@@ -120,7 +120,7 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
     # The data stage was planned at 36 s and took 36 (load 1); 500 s are left: 500 - 90.67 -
     # 30 (the start-up) = 379.33 s; an interval is 89 x 8 / 10 + 2.67 = 73.87 s: 5 of them.
     runner = _Runner(root, 36.0)
-    corrected = budget.before_training(runner, plan, time.time() + 500, None)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None, 36.0)
     assert (corrected.evaluations, corrected.steps) == (5, 445)
     assert plan_file.planned_evaluations(str(root / 'plan.yaml')) == 5
     with open(root / 'plan.json') as stream:
@@ -133,6 +133,6 @@ def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
     # evaluation 5.33 and the rate 5 images/s: 500 - 181.33 - 60 = 258.67 s; an interval
     # 89 x 8 / 5 + 5.33 = 147.73 s: 1 of them.
     runner = _Runner(_written(plan, tmp_path), 72.0)
-    corrected = budget.before_training(runner, plan, time.time() + 500, None)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
     assert corrected.evaluations == 1 and corrected.images_per_second == 5.0
     assert '2.0 times the estimate' in runner.said[0]

@@ -102,7 +102,8 @@ def test_a_slow_start_skips_the_search(tmp_path):
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
     assert plan.candidates == (192, 256)
     runner = Runner()
-    kept = search.search_stage(runner, plan, time.time() + 1000, prepare.plan_from_record)
+    kept = search.search_stage(runner, plan, time.time() + 1000, prepare.plan_from_record,
+                               198.0)
     assert kept.image_size == 192 and kept.steps == plan.steps
     line = dict(kept.reasons)['search']
     assert line.startswith('not searched: 16.7 min left, and the stages before took 3.0 times')

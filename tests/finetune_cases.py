@@ -5,6 +5,7 @@ import os
 
 from PIL import Image
 
+from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune.stats import Photo
@@ -57,7 +58,21 @@ def make_yolo(folder, names_file='classes.txt', count=3):
     return folder
 
 
-ROOMY = plan_lib.Hardware(cores=2, memory_gb=20.0)
+ROOMY = plan_lib.Hardware(cores=2, memory_gb=20.0, cpu='test CPU')
+# A cost table with round numbers, so that the plans of tests/finetune/test_plan.py can be
+# worked out by hand: Lite0 trains 40, 24, 15 and 10 images/s at 128, 192, 256 and 320 px,
+# every process starts in 30 s; an evaluation costs 2 s plus its images at 3 times the
+# training rate; the converter 5 s a split plus 20 images/s, the doctor 20 s; the whole photos
+# 20 s plus their images, the analysis 10 s, the export 60 s.
+TABLE = costs.Table('test CPU', 2, 'today', (
+    costs.Rate('efficientdet-lite0', 128, 40.0, 30.0),
+    costs.Rate('efficientdet-lite0', 192, 24.0, 30.0),
+    costs.Rate('efficientdet-lite0', 256, 15.0, 30.0),
+    costs.Rate('efficientdet-lite0', 320, 10.0, 30.0),
+    costs.Rate('efficientdet-d0', 512, 1.13, 30.0)),
+    evaluation_fixed_seconds=2.0, inference_speedup=3.0, convert_seconds=5.0,
+    convert_images_per_second=20.0, doctor_seconds=20.0, predict_seconds=20.0,
+    analysis_seconds=10.0, export_seconds=60.0, source='tests')
 
 
 def grid(size, side, count):
@@ -70,3 +85,20 @@ def grid(size, side, count):
 # 1000 validation photo.
 ORTHO = stats.DataStats(train=(Photo(2400, 2400, grid(2400, 40, 10)),),
                         val=(Photo(1200, 1000, grid(1000, 40, 5)),), num_classes=1)
+
+
+def photos(count, width, height, sides):
+    """`count` photos of width x height px, each with square boxes of `sides` px."""
+    return tuple(Photo(width, height, tuple((10 * i, 10 * i, side, side)
+                                            for i, side in enumerate(sides)))
+                 for _ in range(count))
+
+
+# The issue's case: 600 photos of 340 x 300 px, boxes of 20, 40 and 60 px, 120 to validate.
+SMALL_PHOTOS = stats.DataStats(photos(600, 340, 300, (20, 40, 60)),
+                               photos(120, 340, 300, (20, 40, 60)), 4)
+# Few photos: 40 of 640 x 480 px with boxes of 160 and 240 px (a third and half the photo).
+FEW_PHOTOS = stats.DataStats(photos(40, 640, 480, (160, 240)), photos(10, 640, 480, (160,)), 2)
+# Many classes and photos: 2000 photos of 256 px with a 64 px box, 200 to validate, 20 classes.
+MANY_CLASSES = stats.DataStats(photos(2000, 256, 256, (64,)), photos(200, 256, 256, (64,)), 20)
+LITE0_PTH = plan_lib.Weights('backbone', '/w/efficientnet-lite0.pth', 'efficientdet-lite0')

@@ -13,6 +13,8 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
     python bench.py coco_eval --images=5000 --detections=100
     python bench.py train_and_eval [--steps=50] [--evaluations=4] [--eval_images=16] \
         [--batch_sizes=8] [--model_name=efficientdet-lite0] [--image_size=320]
+    python bench.py finetune_costs [--output=PATH] [--quick]
+    python bench.py finetune_suite [--sets=NAME,...] [--output=PATH] [--quick]
 
 train: `main.py --benchmark` per batch size in a subprocess (benchmarks/train_bench.py):
 images/s per rank and global over the steps after warm-up, time per step, peak host memory.
@@ -22,6 +24,10 @@ coco_eval: pycocotools and faster-coco-eval on one generated COCO-size detection
 train_and_eval: the same short run as --mode=train_and_eval and as --mode=train, back to back
 in processes of their own; both wall times, their ratio, and where each one's time went
 (benchmarks/train_eval_bench.py).
+finetune_costs: what each stage of efficientdet-finetune costs here (training images/s per
+model and input size, start-up, evaluation, export), written as the table its plan reads
+(benchmarks/finetune_costs.py). finetune_suite: the one command against the best hand recipe
+on labelled sets that differ as users' data differ (benchmarks/finetune_suite.py).
 Every subcommand names the CPU first (model, cores, AVX2 / AVX-512).
 """
 import os
@@ -72,7 +78,9 @@ def define_flags():
     flags.DEFINE_integer('num_batches', 50, 'input: batches to time.', lower_bound=1)
     flags.DEFINE_bool('is_training', True, 'input: the training pipeline (augmentation, '
                       'targets) rather than the eval one.')
-    flags.DEFINE_string('output', None, 'suite: markdown file to write.')
+    flags.DEFINE_string('output', None, 'suite: markdown file to write; finetune_costs: the table '
+                        '(default ~/.cache/efficientdet_hpu/finetune-costs.json); '
+                        'finetune_suite: a markdown report.')
     flags.DEFINE_bool('onednn', True, 'Run TensorFlow with its oneDNN CPU kernels '
                       '(TF_ENABLE_ONEDNN_OPTS=1; TF 2.15 turns them on by itself only on CPUs '
                       'with AVX512-VNNI/BF16/AMX). Applies to this process and the training runs.')
@@ -85,8 +93,11 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_integer('eval_images', 16, 'train_and_eval: generated validation images.',
                          lower_bound=1)
-    flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
-                      'numbers).')
+    flags.DEFINE_bool('quick', False, 'suite, finetune_costs, finetune_suite: few steps and '
+                      'images (checks that the command runs; not for numbers).')
+    flags.DEFINE_list('sets', [], 'finetune_suite: the sets to run (default: all).')
+    flags.DEFINE_string('work_dir', None, 'finetune_suite: where its data and runs are kept and '
+                        'reused (default runs/finetune-suite, -quick with --quick).')
 
 
 def resolve_config():
@@ -236,8 +247,25 @@ def cmd_train_and_eval():
     emit(result, result['rows'], train_eval_bench.COLUMNS)
 
 
+def cmd_finetune_costs():
+    from efficientdet_hpu.benchmarks import finetune_costs  # pylint: disable=import-outside-toplevel
+    table = finetune_costs.measure(quick=FLAGS.quick)
+    path = finetune_costs.write(table, FLAGS.output)
+    print('wrote %s (the plan of efficientdet-finetune reads it on this CPU)' % path)
+    emit(dict(table, bench='finetune_costs', path=path), table['training'],
+         finetune_costs.COLUMNS)
+
+
+def cmd_finetune_suite():
+    from efficientdet_hpu.benchmarks import finetune_suite  # pylint: disable=import-outside-toplevel
+    result = finetune_suite.run(FLAGS.sets, quick=FLAGS.quick, output=FLAGS.output,
+                                work=FLAGS.work_dir)
+    emit(result, result['rows'], finetune_suite.COLUMNS)
+
+
 COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite,
-            'coco_eval': cmd_coco_eval, 'train_and_eval': cmd_train_and_eval}
+            'coco_eval': cmd_coco_eval, 'train_and_eval': cmd_train_and_eval,
+            'finetune_costs': cmd_finetune_costs, 'finetune_suite': cmd_finetune_suite}
 
 
 def main(argv):

@@ -82,10 +82,12 @@ def _reap(process):
         return None, None
 
 
-def _pump(process, on_line, deadline, stop_at=None, stop_signal=signal.SIGTERM):
+def _pump(process, on_line, deadline, stop_at=None, stop_signal=signal.SIGTERM,
+          stop_when=None):
     """Reads the child's output into on_line until every writer has closed the pipe; sends
-    stop_signal once at stop_at (time.monotonic()); raises subprocess.TimeoutExpired at
-    deadline. Returns True when it sent the signal."""
+    stop_signal once at stop_at (time.monotonic()) or after a line for which stop_when(line)
+    is true; raises subprocess.TimeoutExpired at deadline. Returns True when it sent the
+    signal."""
     descriptor, pending, stopped = process.stdout.fileno(), b'', False
     while True:
         now = time.monotonic()
@@ -101,21 +103,26 @@ def _pump(process, on_line, deadline, stop_at=None, stop_signal=signal.SIGTERM):
             break
         *lines, pending = (pending + chunk).replace(b'\r', b'\n').split(b'\n')
         for line in lines:
-            on_line(line.decode('utf-8', errors='replace'))
+            text = line.decode('utf-8', errors='replace')
+            on_line(text)
+            if stop_when is not None and not stopped and stop_when(text):
+                process.send_signal(stop_signal)
+                stopped = True
     if pending:
         on_line(pending.decode('utf-8', errors='replace'))
     return stopped
 
 
 def run_streaming(command, timeout, on_line, cwd=None, env=None, stop_after=None,
-                  stop_signal=signal.SIGTERM, interrupt_grace=None):
+                  stop_signal=signal.SIGTERM, interrupt_grace=None, stop_when=None):
     """Runs `command` (a list) in a session of its own, handing each line it writes (stdout
     and stderr merged, without the newline) to `on_line` as it comes; returns
     (exit status, True when it was asked to stop).
 
     stop_after: seconds after which the child is sent `stop_signal` once (a soft deadline: a
     training run then checkpoints and exits); `timeout` is the hard deadline, past which the
-    whole session is killed and subprocess.TimeoutExpired raised. interrupt_grace: on Ctrl-C
+    whole session is killed and subprocess.TimeoutExpired raised. stop_when: a function of
+    each line; the first line it is true for sends `stop_signal` too. interrupt_grace: on Ctrl-C
     (KeyboardInterrupt) the child, which does not get the terminal's signal in its own
     session, is sent stop_signal and given this many seconds to end before the interrupt goes
     on (a second Ctrl-C cuts it short); None kills it at once. No thread: the pipe is read
@@ -128,7 +135,8 @@ def run_streaming(command, timeout, on_line, cwd=None, env=None, stop_after=None
     try:
         try:
             stopped = _pump(process, on_line, start + timeout,
-                            None if stop_after is None else start + stop_after, stop_signal)
+                            None if stop_after is None else start + stop_after, stop_signal,
+                            stop_when)
         except KeyboardInterrupt:
             if interrupt_grace is None or process.poll() is not None:
                 raise

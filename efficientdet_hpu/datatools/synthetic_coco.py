@@ -17,6 +17,7 @@ deliberately non-contiguous so the id <-> label mapping is exercised end to end.
 The same seed gives byte-identical files. Boxes are the tight pixel box of each drawn shape,
 COCO [x, y, width, height].
 """
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +43,9 @@ NEGATIVE_FRACTION = 0.05
 MAX_HIDDEN_FRACTION = 0.3
 MIN_COLOUR_DISTANCE = 70.0  # RGB distance between an object and the background under it.
 FIRST_IMAGE_ID = {'train': 1000, 'val': 900000}
+# More than four classes: each shape in these colours (class k: shape k % 4, colour k // 4).
+PALETTE = (('red', (220, 40, 40)), ('green', (40, 190, 60)), ('blue', (40, 70, 220)),
+           ('yellow', (230, 210, 40)), ('white', (245, 245, 245)))
 _SPLIT_CODE = {'train': 1, 'val': 2}
 
 
@@ -162,18 +166,30 @@ def _object_colour(rng, background_mean: np.ndarray) -> np.ndarray:
     return 255.0 - background_mean  # Unreachable in practice; keeps the object visible.
 
 
+def _covered(other, mask):
+    """(other's visible crop window, mask's same window): the pixels a new mask may hide of
+    a placed object, which keeps its visible pixels only inside its own box (big photos: no
+    full-size arrays per object)."""
+    y0, x0 = other['origin']
+    height, width = other['visible'].shape
+    return other['visible'], mask[y0:y0 + height, x0:x0 + width]
+
+
 def _fits(mask: np.ndarray, placed: list) -> bool:
     """True if drawing `mask` on top leaves every placed object >= 70% visible."""
     for other in placed:
-        still_visible = np.count_nonzero(other['visible'] & ~mask)
+        visible, under = _covered(other, mask)
+        still_visible = other['visible_area'] - np.count_nonzero(visible & under)
         if still_visible < (1.0 - MAX_HIDDEN_FRACTION) * other['area']:
             return False
     return True
 
 
-def _paint(rng, canvas: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Fills mask with a shaded random colour; returns the colour [3] (before shading)."""
-    colour = _object_colour(rng, canvas[mask].mean(axis=0))
+def _paint(rng, canvas: np.ndarray, mask: np.ndarray, base=None) -> np.ndarray:
+    """Fills mask with a shaded colour, random or near `base` (RGB); returns the colour [3]
+    (before shading)."""
+    colour = (_object_colour(rng, canvas[mask].mean(axis=0)) if base is None
+              else np.clip(np.asarray(base, np.float64) + rng.uniform(-20, 20, size=3), 0, 255))
     height, width = mask.shape
     shade = _smooth_noise(rng, width, height, 3)[..., :1] * rng.uniform(0, 15)
     canvas[mask] = np.clip(colour + shade[mask], 0, 255)
@@ -181,13 +197,16 @@ def _paint(rng, canvas: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def render_image(rng: np.random.Generator, width: int, height: int, num_objects: int,
-                 categories=CATEGORIES, bar_aspect=ELONGATED_ASPECT_RANGE):
+                 categories=CATEGORIES, bar_aspect=ELONGATED_ASPECT_RANGE,
+                 size_range=OBJECT_SIZE_RANGE, palette=None):
     """Draws one image. Returns (uint8 [H, W, 3] RGB, objects).
 
     Each object is a dict with class_index (into `categories`), bbox (COCO [x, y, w, h]
     pixels, the tight box of the whole shape), area (shape pixels), visible_area (pixels not
     covered by later shapes) and colour (RGB [3] float). Fewer than num_objects are drawn when
-    no placement satisfies the occlusion limit. bar_aspect: the 'bar' class's aspect range.
+    no placement satisfies the occlusion limit. bar_aspect: the 'bar' class's aspect range;
+    size_range: the longer box side over the shorter image side; palette: {class index: RGB}
+    for classes told apart by colour too (None: colours independent of the class).
     """
     canvas = _background(rng, width, height)
     base = Image.fromarray(np.clip(canvas, 0, 255).astype(np.uint8), 'RGB')
@@ -198,26 +217,28 @@ def render_image(rng: np.random.Generator, width: int, height: int, num_objects:
         class_index = int(rng.integers(len(categories)))
         name = categories[class_index]['name']
         outline = _shape_outline(rng, name, bar_aspect)
-        size_range = (ELONGATED_SIZE_RANGE if name == ELONGATED_CATEGORY['name']
-                      else OBJECT_SIZE_RANGE)
+        sizes = ELONGATED_SIZE_RANGE if name == ELONGATED_CATEGORY['name'] else size_range
         for _attempt in range(30):
-            mask = _polygon_mask(_place_outline(rng, outline, width, height, size_range),
+            mask = _polygon_mask(_place_outline(rng, outline, width, height, sizes),
                                  width, height)
             if mask.any() and _fits(mask, placed):
                 break
         else:
             continue
         for other in placed:
-            other['visible'] &= ~mask
-        colour = _paint(rng, canvas, mask)
+            visible, under = _covered(other, mask)
+            other['visible_area'] -= int(np.count_nonzero(visible & under))
+            visible &= ~under
+        colour = _paint(rng, canvas, mask, None if palette is None else palette[class_index])
         x_min, y_min, x_max, y_max = Image.fromarray(mask).getbbox()
-        placed.append({'class_index': class_index, 'colour': colour, 'visible': mask,
-                       'area': int(np.count_nonzero(mask)),
-                       'bbox': [x_min, y_min, x_max - x_min, y_max - y_min]})
+        area = int(np.count_nonzero(mask))
+        placed.append({'class_index': class_index, 'colour': colour, 'origin': (y_min, x_min),
+                       'visible': mask[y_min:y_max, x_min:x_max].copy(), 'area': area,
+                       'visible_area': area, 'bbox': [x_min, y_min, x_max - x_min, y_max - y_min]})
     canvas += rng.normal(0, rng.uniform(1, 5), size=canvas.shape)  # Sensor noise.
     pixels = np.clip(np.round(canvas), 0, 255).astype(np.uint8)
     for obj in placed:
-        obj['visible_area'] = int(np.count_nonzero(obj.pop('visible')))
+        del obj['visible'], obj['origin']
     return pixels, placed
 
 
@@ -232,8 +253,39 @@ def _negative_indices(rng, count: int) -> set:
     return set(rng.choice(count, size=num_negatives, replace=False).tolist())
 
 
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """What the photos look like: width and height drawn in `image_sides` (px), objects' longer
+    side over the shorter image side in `object_sizes`, 1..max_objects a photo, grey or colour;
+    the defaults are the demo's photos."""
+    image_sides: tuple = IMAGE_SIDE_RANGE
+    object_sizes: tuple = OBJECT_SIZE_RANGE
+    max_objects: int = MAX_OBJECTS
+    grey: bool = False
+
+
+def categories_for(num_classes, elongated=False):
+    """(categories, palette or None): the four shapes, fewer, or more as shapes in PALETTE's
+    colours (class k: shape k % 4 in colour k // 4), then 'bar' with elongated."""
+    if num_classes == len(CATEGORIES):
+        categories, palette = CATEGORIES, None
+    elif num_classes < len(CATEGORIES):
+        categories, palette = CATEGORIES[:max(1, num_classes)], None
+    elif num_classes <= len(CATEGORIES) * len(PALETTE) and not elongated:
+        categories = tuple({'id': 3 + 7 * k, 'supercategory': 'shape', 'name': '%s-%s' % (
+            CATEGORIES[k % 4]['name'], PALETTE[k // 4][0])} for k in range(num_classes))
+        palette = {k: PALETTE[k // 4][1] for k in range(num_classes)}
+    else:
+        raise ValueError('num_classes=%d: give 1 to %d (and 4 with elongated bars)' % (
+            num_classes, len(CATEGORIES) * len(PALETTE)))
+    if elongated:
+        categories += (ELONGATED_CATEGORY,)
+    return categories, palette
+
+
 def _generate_split(output_dir: str, split: str, count: int, seed: int,
-                    categories=CATEGORIES, bar_aspect=ELONGATED_ASPECT_RANGE) -> str:
+                    categories=CATEGORIES, bar_aspect=ELONGATED_ASPECT_RANGE, look=Look(),
+                    palette=None) -> str:
     """Writes the images and the JSON of one split; returns the JSON path."""
     split_rng = np.random.default_rng([seed, _SPLIT_CODE[split], 0])
     image_ids = _image_ids(split_rng, count, FIRST_IMAGE_ID[split])
@@ -242,14 +294,16 @@ def _generate_split(output_dir: str, split: str, count: int, seed: int,
     images, annotations = [], []
     for index, image_id in enumerate(image_ids):
         rng = np.random.default_rng([seed, _SPLIT_CODE[split], index + 1])
-        width, height = (int(side) for side in rng.integers(IMAGE_SIDE_RANGE[0],
-                                                            IMAGE_SIDE_RANGE[1] + 1, size=2))
-        num_objects = 0 if index in negatives else int(rng.integers(1, MAX_OBJECTS + 1))
+        width, height = (int(side) for side in rng.integers(look.image_sides[0],
+                                                            look.image_sides[1] + 1, size=2))
+        num_objects = 0 if index in negatives else int(rng.integers(1, look.max_objects + 1))
         pixels, objects = render_image(rng, width, height, num_objects, categories,
-                                       bar_aspect)
+                                       bar_aspect, look.object_sizes, palette)
         file_name = f'{image_id:06d}.jpg'
-        Image.fromarray(pixels, 'RGB').save(os.path.join(output_dir, split, file_name),
-                                            format='JPEG', quality=int(rng.integers(75, 96)))
+        photo = Image.fromarray(pixels, 'RGB')
+        (photo.convert('L') if look.grey else photo).save(
+            os.path.join(output_dir, split, file_name), format='JPEG',
+            quality=int(rng.integers(75, 96)))
         images.append({'id': image_id, 'file_name': file_name, 'width': width, 'height': height})
         for obj in objects:
             annotations.append({'id': len(annotations) + 1, 'image_id': image_id,
@@ -258,7 +312,7 @@ def _generate_split(output_dir: str, split: str, count: int, seed: int,
     json_path = os.path.join(output_dir, 'annotations', f'instances_{split}.json')
     os.makedirs(os.path.dirname(json_path), exist_ok=True)
     description = f'synthetic shapes, seed {seed}'
-    if len(categories) > len(CATEGORIES):
+    if ELONGATED_CATEGORY in categories:
         description += ', elongated bars'
     content = {'info': {'description': description, 'version': '1.0'},
                'licenses': [], 'images': images, 'annotations': annotations,
@@ -269,15 +323,18 @@ def _generate_split(output_dir: str, split: str, count: int, seed: int,
 
 
 def generate(output_dir: str, num_train: int = 800, num_val: int = 100, seed: int = 0,
-             elongated: bool = False, elongated_aspect=ELONGATED_ASPECT_RANGE) -> dict:
+             elongated: bool = False, elongated_aspect=ELONGATED_ASPECT_RANGE,
+             num_classes: int = len(CATEGORIES), look: Look = Look()) -> dict:
     """Writes the dataset; returns {'train_image_dir', 'val_image_dir', 'train_annotations',
     'val_annotations'} paths. elongated: add the 'bar' class (ELONGATED_CATEGORY), whose
-    longer / shorter side is log-uniform in elongated_aspect (low, high)."""
-    categories = CATEGORIES + (ELONGATED_CATEGORY,) if elongated else CATEGORIES
+    longer / shorter side is log-uniform in elongated_aspect (low, high); num_classes and
+    look: categories_for and Look (the defaults give the demo's data, byte for byte)."""
+    categories, palette = categories_for(num_classes, elongated)
     paths = {}
     for split, count in (('train', num_train), ('val', num_val)):
         paths[f'{split}_annotations'] = _generate_split(output_dir, split, count, seed,
-                                                        categories, tuple(elongated_aspect))
+                                                        categories, tuple(elongated_aspect),
+                                                        look, palette)
         paths[f'{split}_image_dir'] = os.path.join(output_dir, split)
     return paths
 
@@ -285,9 +342,12 @@ def generate(output_dir: str, num_train: int = 800, num_val: int = 100, seed: in
 def main(argv) -> None:
     from absl import flags  # pylint: disable=g-import-not-at-top
     del argv
-    paths = generate(flags.FLAGS.output_dir, flags.FLAGS.num_train, flags.FLAGS.num_val,
-                     flags.FLAGS.seed, flags.FLAGS.elongated,
-                     [float(v) for v in flags.FLAGS.elongated_aspect])
+    options = flags.FLAGS
+    look = Look(tuple(int(v) for v in options.image_sides),
+                tuple(float(v) for v in options.object_sizes), options.max_objects, options.grey)
+    paths = generate(options.output_dir, options.num_train, options.num_val, options.seed,
+                     options.elongated, [float(v) for v in options.elongated_aspect],
+                     options.num_classes, look)
     for name, path in sorted(paths.items()):
         print(f'{name}: {path}')
 
@@ -304,6 +364,14 @@ def entry_point():
                       'wide, which default anchors cover badly.')
     flags.DEFINE_list('elongated_aspect', list(map(str, ELONGATED_ASPECT_RANGE)),
                       "With --elongated: the bars' range of longer / shorter side.")
+    flags.DEFINE_integer('num_classes', len(CATEGORIES), 'Classes: 1-4 shapes, or up to 20 as '
+                         'the shapes in 5 colours.', lower_bound=1)
+    flags.DEFINE_list('image_sides', list(map(str, IMAGE_SIDE_RANGE)), 'Range of the photos\' '
+                      'width and height, px.')
+    flags.DEFINE_list('object_sizes', list(map(str, OBJECT_SIZE_RANGE)), 'Range of an object\'s '
+                      'longer side over the photo\'s shorter side.')
+    flags.DEFINE_integer('max_objects', MAX_OBJECTS, 'Objects a photo: 1 to this.', lower_bound=1)
+    flags.DEFINE_bool('grey', False, 'Grey photos (one channel JPEG).')
     flags.mark_flag_as_required('output_dir')
     command_help.install(__name__)
     app.run(main)

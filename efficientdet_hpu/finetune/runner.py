@@ -94,8 +94,9 @@ class Runner:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def command(self, name, kind, args, timeout, echo=False, stop_after=None):
-        """Runs `python -m MODULES[kind] args...`; returns (status, stopped by stop_after).
+    def command(self, name, kind, args, timeout, echo=False, stop_after=None, stop_when=None):
+        """Runs `python -m MODULES[kind] args...`; returns (status, stopped by stop_after or
+        by stop_when, a function of each line: processes.run_streaming).
         A status 2 with a one-line error raises ChildUserError, any other failure but the
         stop StageFailed (both name logs/<name>.log)."""
         os.makedirs(self.layout.logs, exist_ok=True)
@@ -114,7 +115,7 @@ class Runner:
             try:
                 status, stopped = processes.run_streaming(
                     command, timeout, on_line, env=child_env(self.verbose), stop_after=stop_after,
-                    interrupt_grace=INTERRUPT_GRACE_SECONDS)
+                    interrupt_grace=INTERRUPT_GRACE_SECONDS, stop_when=stop_when)
             except subprocess.TimeoutExpired:
                 raise StageFailed('%s did not end within its deadline of %.0f min and was '
                                   'stopped; its output: %s' % (name, timeout / 60.0,

@@ -22,10 +22,12 @@ import time
 
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import report
 from efficientdet_hpu.finetune import runner as runner_lib
+from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
 
 STAGES = 6
@@ -133,9 +135,18 @@ def training_stage(runner, plan, deadline):
     planned = _remaining(plan, 'start-up') - final
     timeout = (stop_after if stop_after is not None else 3 * planned + 3600) + GRACE_SECONDS
     start = time.monotonic()
-    _, stopped = runner.command(
-        'train', 'train', ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir]
-        + (['--verbose'] if runner.verbose else []), timeout, echo=True, stop_after=stop_after)
+    args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + (
+        ['--verbose'] if runner.verbose else [])
+    probe = (None if deadline is None else
+             budget.RateProbe(plan, layout.model_dir, deadline, latest_step(layout.model_dir)))
+    _, stopped = runner.command('train', 'train', args, timeout, echo=True,
+                                stop_after=stop_after, stop_when=probe)
+    if probe is not None and probe.decision is not None:
+        plan = budget.after_probe(runner, plan, probe.decision)
+        if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.
+            stop_after = max(60.0, deadline - time.time() - final * probe.decision['load'])
+            _, stopped = runner.command('train', 'train', args, stop_after + GRACE_SECONDS,
+                                        echo=True, stop_after=stop_after)
     record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0)
     if record['step'] is None:
         raise UserError('training wrote no checkpoint before the time budget ended; give a '
@@ -256,8 +267,16 @@ def _run(runner, options):
     records_stage(runner, plan, record)
     _stage(runner, 4, 'training: %d steps of %d images' % (plan.steps, plan.global_batch),
            _remaining(plan, 'start-up'), deadline)
+    spent = runner.elapsed()  # The stages before training, measured.
+    plan = search.search_stage(runner, plan, deadline, prepare.plan_from_record, spent)
+    plan = budget.before_training(runner, plan, deadline, latest_step(layout.model_dir), spent)
     training = training_stage(runner, plan, deadline)
+    with open(layout.plan_json) as stream:  # Its steps as training last corrected them.
+        plan = prepare.plan_from_record(json.load(stream))
     summary = _finish(runner, plan, record, training, deadline)
     runner.say('fine-tune done in %.1f min (%s):' % (summary['minutes'], layout.summary_json))
     runner.say('\n'.join(report.table(summary)))
+    if options.max_minutes:
+        runner.say(budget.used_line(summary['minutes'], options.max_minutes,
+                                    summary['training_ended']))
     return summary

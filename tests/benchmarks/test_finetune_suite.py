@@ -1,0 +1,109 @@
+"""benchmarks/finetune_sets.py, finetune_suite.py and finetune_costs.py: the sets' formats as
+the fine-tune reads them, the hand recipe's steps for a budget, the cost table's two-point fit;
+slow: `bench.py finetune_costs --quick` writes a table the plan reads, and `bench.py
+finetune_suite --quick` runs both sides of its set."""
+import json
+import os
+
+import pytest
+
+from cli_runs import run_python
+from efficientdet_hpu.benchmarks import finetune_costs
+from efficientdet_hpu.benchmarks import finetune_sets
+from efficientdet_hpu.benchmarks import finetune_suite
+from efficientdet_hpu.benchmarks.report import BenchError
+from efficientdet_hpu.datatools import synthetic_coco
+from efficientdet_hpu.finetune import costs
+from efficientdet_hpu.finetune import inputs
+
+
+@pytest.fixture(scope='module')
+def shapes(tmp_path_factory):
+    root = tmp_path_factory.mktemp('shapes')
+    paths = synthetic_coco.generate(str(root), num_train=5, num_val=2, seed=4, num_classes=3)
+    with open(paths['train_annotations']) as stream:
+        return json.load(stream), paths, root
+
+
+def test_voc_and_yolo_written_read_back_as_the_same_boxes(shapes):
+    coco, paths, root = shapes
+    finetune_sets.write_voc(coco, paths['train_image_dir'], str(root / 'voc'))
+    voc = inputs.read('data', str(root / 'voc'), '')
+    assert voc.line().startswith('Pascal VOC: 5 XML files, 5 photos')
+    names = finetune_sets.write_yolo(coco, paths['train_image_dir'], str(root / 'yolo'), 'train')
+    (root / 'yolo' / 'classes.txt').write_text('\n'.join(names) + '\n')
+    yolo = inputs.read('data', str(root / 'yolo'), '')
+    for read in (voc, yolo):
+        assert len(read.coco['annotations']) == len(coco['annotations'])
+        got = sorted(tuple(round(v) for v in a['bbox']) for a in read.coco['annotations'])
+        want = sorted(tuple(a['bbox']) for a in coco['annotations'])
+        assert all(max(abs(g - w) for g, w in zip(a, b)) <= 1 for a, b in zip(got, want))
+
+
+def test_a_coco_folder_holds_links_and_one_json(shapes):
+    _, paths, root = shapes
+    folder = finetune_sets.coco_folder(paths['val_annotations'], paths['val_image_dir'],
+                                       str(root / 'val_folder'))
+    read = inputs.read('val_data', folder, '')
+    assert read.line().startswith('COCO: instances.json, 2 photos')
+
+
+def test_the_hand_recipe_fills_what_the_budget_leaves():
+    # 10 min, 60 s converting, 30 s start-up, 60 s predicting, 20 evaluations of 20 tiles at
+    # 3 x 10 images/s (3.67 s each, 73.3 s): 600 - 223.3 = 376.7 s of training at 10 images/s,
+    # 470 steps of 8.
+    assert finetune_suite.hand_steps(600, 60, 10.0, 30, 20, 20) == 470
+    assert finetune_suite.hand_steps(100, 60, 10.0, 30, 20, 20) == 20  # At least 20.
+
+
+def test_unknown_sets_are_named():
+    with pytest.raises(BenchError, match='no set nope; choose among shapes-300'):
+        finetune_suite.select(['nope'], False)
+    assert [s.name for s in finetune_suite.select([], False)] == [
+        'shapes-300', 'deepforest', 'aerial-4000', 'classes-20', 'few-grey-50']
+
+
+def test_a_cost_split_into_fixed_and_per_item():
+    # 2 s + 32 images at 16/s = 4 s; 2 s + 8 at 16/s = 2.5 s.
+    fixed, rate = finetune_costs._two_points(8, 32, 2.5, 4.0)  # pylint: disable=protected-access
+    assert (fixed, rate) == pytest.approx((2.0, 16.0))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_costs_command_writes_a_table_the_plan_reads(tmp_path):
+    table_path = tmp_path / 'costs.json'
+    result = run_python(['bench.py', 'finetune_costs', '--quick', '--output=%s' % table_path],
+                        timeout=1400)
+    assert result.returncode == 0, result.stdout[-3000:]
+    table = costs.load(path=str(table_path))
+    rate, how = table.images_per_second('efficientdet-lite0', 128, table.cores)
+    assert rate > 0 and str(table_path) in how
+    assert table.final_seconds(rate, 10) > table.export_seconds > 0
+    assert table.machine in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
+def test_the_quick_suite_runs_both_sides(tmp_path):
+    report = tmp_path / 'suite.md'
+    result = run_python(['bench.py', 'finetune_suite', '--quick', '--work_dir=%s' % tmp_path,
+                         '--output=%s' % report], timeout=2900)
+    assert result.returncode == 0, result.stdout[-3000:]
+    row = [line for line in report.read_text().splitlines() if 'quick-shapes' in line][0]
+    cells = [cell.strip() for cell in row.strip('|').split('|')]
+    assert cells[0] == 'quick-shapes' and cells[1] == '5' and cells[4] == 'demo.yaml'
+    for ap50 in (cells[2], cells[5]):
+        assert 0.0 <= float(ap50) <= 1.0
+    assert os.path.exists(tmp_path / 'runs' / 'quick-shapes' / 'finetune' / 'summary.json')
+
+
+def test_a_table_written_as_a_module_reads_back(tmp_path):
+    import importlib.util
+    from efficientdet_hpu.finetune import cost_table
+    path = finetune_costs.write(cost_table.TABLE, str(tmp_path / 'cost_table.py'))
+    spec = importlib.util.spec_from_file_location('written_table', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.TABLE == cost_table.TABLE
+    assert costs.Table.from_json(module.TABLE).cores == 2

@@ -1,0 +1,138 @@
+"""finetune/budget.py: the evaluations that fit the time left, worked out by hand on the plan of
+ORTHO in 15 min (finetune_cases.TABLE: 890 steps in 10 evaluations of 89, an evaluation 2.67 s,
+the whole photos and export 90.67 s), and the probe reading main.py's first logged rate."""
+import json
+import time
+
+import pytest
+
+from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import plan as plan_lib
+from finetune_cases import LITE0_PTH, ORTHO, ROOMY, TABLE
+
+
+@pytest.fixture(scope='module')
+def plan():
+    made = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=LITE0_PTH, max_minutes=15),
+                              table=TABLE)
+    assert (made.steps, made.eval_interval, made.evaluations) == (890, 89, 10)
+    return made
+
+
+def test_a_faster_machine_gets_more_evaluations(plan):
+    # 600 s left at step 100, 20 images/s, a restart of 30 s: 600 - 90.67 - 30 = 479.33 s.
+    # The interval in progress (78 steps to 178) and its evaluation: 78 x 8 / 20 + 2.67 =
+    # 33.87 s; each further interval 89 x 8 / 20 + 2.67 = 38.27 s: 445.47 / 38.27 = 11.6, 11
+    # more. 1 done + 1 + 11 = 13 evaluations, 1157 steps.
+    assert budget.corrected_evaluations(plan, 600, 100, 20.0, 30) == 13
+    assert budget.worth_changing(plan, 13)
+
+
+def test_a_slower_machine_gets_fewer(plan):
+    # 700 s left at step 20, 5 images/s: 700 - 90.67 - 30 = 579.33; the first interval's 69
+    # steps and evaluation 69 x 8 / 5 + 2.67 = 113.07 s; then 89 x 8 / 5 + 2.67 = 145.07 s each:
+    # 466.27 / 145.07 = 3.2, 3 more: 4 evaluations.
+    assert budget.corrected_evaluations(plan, 700, 20, 5.0, 30) == 4
+
+
+def test_a_busy_machine_scales_the_other_stages(plan):
+    # Load 2: the final stages 181.33 s and each evaluation 5.33: 600 - 181.33 - 30 = 388.67;
+    # the interval in progress 31.2 + 5.33 = 36.53; each further 35.6 + 5.33 = 40.93:
+    # 352.13 / 40.93 = 8.6: 1 + 1 + 8 = 10.
+    assert budget.corrected_evaluations(plan, 600, 100, 20.0, 30, load=2.0) == 10
+    assert not budget.worth_changing(plan, 10)
+    assert budget.load_factor(60, 30) == 2.0 and budget.load_factor(300, 30) == 3.0
+    assert budget.load_factor(None, 30) == 1.0
+
+
+def test_no_time_left_still_finishes_the_interval_in_progress(plan):
+    assert budget.corrected_evaluations(plan, 10, 100, 20.0, 30) == 2
+
+
+def test_the_change_is_the_plans_new_steps(plan):
+    changed = budget.with_evaluations(plan, 13, 'corrected')
+    assert (changed.steps, changed.evaluations, changed.eval_interval) == (1157, 13, 89)
+    assert dict(changed.reasons)['steps'] == '1157 steps of 8 images: corrected'
+    assert dict(changed.seconds)['training'] == pytest.approx(1157 * 8 / 10.0)
+    assert changed.warmup_steps == plan.warmup_steps
+
+
+def test_the_probe_reads_the_first_rate_and_asks_for_a_restart(plan, tmp_path):
+    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
+    log = tmp_path / 'train_log.jsonl'
+    records = [{'event': 'train', 'step': 5, 'images_per_sec': 3.0, 'time': probe.started + 9},
+               {'event': 'eval', 'step': 10},
+               {'event': 'train', 'step': 20, 'images_per_sec': 20.0, 'time': probe.started + 38}]
+    log.write_text(''.join(json.dumps(r) + '\n' for r in records))
+    assert probe('a line without a rate') is False and probe.decision is None
+    # Step 20 at 20 images/s: 8 s of steps, so 30 s of start-up (the table's: load 1). About
+    # 600 s left: 479.33 - (69 x 0.4 + 2.67) = 449.07 s, 11 more intervals: 12 evaluations.
+    assert probe('step 20/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is True
+    assert probe.decision == {'evaluations': 12, 'step': 20, 'rate': 20.0, 'startup': 30.0,
+                              'load': 1.0, 'restart': True}
+    assert probe('step 40/890 ... images/s') is False  # Decided once.
+    assert 'measured at step 20: 20.0 training images/s (planned 10.0)' in budget.steps_line(
+        plan, probe.decision)
+
+
+def test_steps_asked_with_the_flag_stay(plan):
+    import dataclasses
+    asked = dataclasses.replace(plan, reasons=tuple(
+        (topic, '890 steps of 8 images: asked with --steps' if topic == 'steps' else text)
+        for topic, text in plan.reasons))
+    assert budget.steps_asked(asked) and not budget.steps_asked(plan)
+    assert not budget.worth_changing(asked, 13)
+
+
+def test_the_closing_line_says_how_much_of_the_budget_was_used():
+    assert budget.used_line(19.4, 20, 'completed') == '  budget: 19.4 of 20 min used (97%)'
+    assert budget.used_line(12.0, 20, 'early stop').endswith(
+        'training ended early: the AP stopped rising (early stop)')
+    assert 'outside 10%: the stages took longer' in budget.used_line(23.0, 20, 'completed')
+
+
+class _Runner:
+    """A runner whose stages took `elapsed` seconds; says lines into `said`."""
+
+    def __init__(self, root, elapsed):
+        from efficientdet_hpu.finetune import runner as runner_lib
+        self.layout, self._elapsed, self.said = runner_lib.Layout(str(root)), elapsed, []
+
+    def elapsed(self):
+        return self._elapsed
+
+    def say(self, text=''):
+        self.said.append(text)
+
+
+def _written(plan, root):
+    from efficientdet_hpu.finetune import plan_file
+    runner_root = root / 'out'
+    runner_root.mkdir()
+    content = plan_file.recipe(plan, '/r/train-*', '/r/val-*', '/r/val.json')
+    (runner_root / 'plan.yaml').write_text(plan_file.yaml_text(content, 'python main.py ...'))
+    return runner_root
+
+
+def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path):
+    from efficientdet_hpu.finetune import plan_file
+    root = _written(plan, tmp_path)
+    # The data stage was planned at 36 s and took 36 (load 1); 500 s are left: 500 - 90.67 -
+    # 30 (the start-up) = 379.33 s; an interval is 89 x 8 / 10 + 2.67 = 73.87 s: 5 of them.
+    runner = _Runner(root, 36.0)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None, 36.0)
+    assert (corrected.evaluations, corrected.steps) == (5, 445)
+    assert plan_file.planned_evaluations(str(root / 'plan.yaml')) == 5
+    with open(root / 'plan.json') as stream:
+        assert json.load(stream)['steps'] == 445
+    assert runner.said[0].startswith('  445 steps instead of 890: 8.3 min left')
+
+
+def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
+    # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33, an
+    # evaluation 5.33 and the rate 5 images/s: 500 - 181.33 - 60 = 258.67 s; an interval
+    # 89 x 8 / 5 + 5.33 = 147.73 s: 1 of them.
+    runner = _Runner(_written(plan, tmp_path), 72.0)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
+    assert corrected.evaluations == 1 and corrected.images_per_second == 5.0
+    assert '2.0 times the estimate' in runner.said[0]

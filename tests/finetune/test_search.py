@@ -1,0 +1,111 @@
+"""finetune/search.py: successive halving over candidates whose scores are given, the rungs it
+needs, the line that says what was tried and why the winner won."""
+import json
+import os
+
+from efficientdet_hpu.finetune import search
+
+
+def _scorer(table, calls):
+    def score(name, rung):
+        calls.append((name, rung))
+        return table[name][rung]
+    return score
+
+
+def test_two_candidates_one_rung_the_better_goes_on():
+    calls = []
+    winner, history = search.successive_halving(
+        ['192px', '256px'], _scorer({'192px': [0.31], '256px': [0.28]}, calls), 1)
+    assert winner == '192px'
+    assert history == [(0, '192px', 0.31), (0, '256px', 0.28)]
+    assert calls == [('192px', 0), ('256px', 0)]
+
+
+def test_four_candidates_are_halved_twice_and_the_weak_stop_early():
+    scores = {'a': [0.10, 0.20], 'b': [0.30, 0.25], 'c': [0.20, 0.40], 'd': [0.05, 0.90]}
+    calls = []
+    winner, _ = search.successive_halving(list('abcd'), _scorer(scores, calls), 2)
+    # Rung 0: b (0.30) and c (0.20) go on; a and d stop (d would have won later: the price
+    # of stopping early). Rung 1: c (0.40) beats b (0.25).
+    assert winner == 'c'
+    assert calls == [('a', 0), ('b', 0), ('c', 0), ('d', 0), ('b', 1), ('c', 1)]
+
+
+def test_a_tie_goes_to_the_first_the_plans_own():
+    winner, _ = search.successive_halving(['own', 'other'],
+                                          lambda name, rung: 0.5, 1)
+    assert winner == 'own'
+
+
+def test_rungs_take_the_candidates_down_to_one():
+    assert [search.rungs_for(n) for n in (1, 2, 3, 4, 8)] == [0, 1, 1, 2, 3]
+
+
+def test_the_result_line_names_each_score_and_why():
+    results = [{'name': '192px', 'AP50': 0.312, 'step': 244, 'of_steps': 2440, 'minutes': 1.9},
+               {'name': '256px', 'AP50': 0.288, 'step': 150, 'of_steps': 1500, 'minutes': 2.2}]
+    line = search.result_line(results, '192px')
+    assert line == ('tried 192px (AP50 0.312 at step 244 of 2440, 1.9 min) and 256px (AP50 '
+                    '0.288 at step 150 of 1500, 2.2 min); 192px goes on: the higher AP50 at '
+                    'the same share of its run')
+    tie = [dict(results[0], AP50=0.3), dict(results[1], AP50=0.3)]
+    assert search.result_line(tie, '192px').endswith("a tie, which goes to the plan's own")
+
+
+def test_the_score_is_the_evaluations_ap50(tmp_path):
+    os.makedirs(tmp_path / 'eval')
+    (tmp_path / 'eval' / 'metrics-80.json').write_text(json.dumps(
+        {'metrics': {'AP': 0.12, 'AP50': 0.34}}))
+    assert search.evaluation_score(str(tmp_path), 80) == (0.34, 0.12)
+    assert search.evaluation_score(str(tmp_path), 160) is None
+
+
+def test_a_candidate_stopped_before_its_evaluation_is_said():
+    results = [{'name': '128px', 'AP50': -1.0, 'step': 73, 'of_steps': 730, 'minutes': 2.4},
+               {'name': '192px', 'AP50': 0.2, 'step': 55, 'of_steps': 440, 'minutes': 2.4}]
+    assert search.result_line(results, '192px').startswith(
+        'tried 128px (no evaluation: stopped by the budget before it at step 73 of 730')
+
+
+def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
+    from efficientdet_hpu.finetune import plan_file
+    path = tmp_path / 'plan.yaml'
+    path.write_text('# header\nmode: train_and_eval\nnum_epochs: 10\n')
+    plan_file.set_evaluations(str(path), 8, ['tried 128px and 192px'])
+    plan_file.set_evaluations(str(path), 6)
+    text = path.read_text()
+    assert text.startswith('# header\n# search: tried 128px and 192px\n')
+    assert plan_file.planned_evaluations(str(path)) == 6
+
+
+def test_a_slow_start_skips_the_search(tmp_path):
+    """SMALL_PHOTOS in 20 min plans 192 px against 256 (tests/finetune/test_sizing.py): the
+    data stage planned at 66 s took 198, three times: the search's 160.67 s would cost 482 s,
+    over a quarter of the 1000 - (91.67 + 30) x 3 = 635 s of training left."""
+    import time
+    from efficientdet_hpu.finetune import plan as plan_lib
+    from efficientdet_hpu.finetune import prepare
+    from efficientdet_hpu.finetune import runner as runner_lib
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+
+    class Runner:
+        layout = runner_lib.Layout(str(tmp_path))
+        said = []
+
+        def elapsed(self):
+            return 198.0
+
+        def say(self, text=''):
+            self.said.append(text)
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY,
+                              plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
+    assert plan.candidates == (192, 256)
+    runner = Runner()
+    kept = search.search_stage(runner, plan, time.time() + 1000, prepare.plan_from_record,
+                               198.0)
+    assert kept.image_size == 192 and kept.steps == plan.steps
+    line = dict(kept.reasons)['search']
+    assert line.startswith('not searched: 16.7 min left, and the stages before took 3.0 times')
+    with open(tmp_path / 'search.json') as stream:
+        assert json.load(stream)['tried'] == []

@@ -1,0 +1,110 @@
+"""finetune/sizing.py through plan.make_plan: the plan of each kind of set chooses as the rules
+say, on finetune_cases.TABLE's round costs, every number worked out by hand."""
+import pytest
+
+from efficientdet_hpu.finetune import plan as plan_lib
+from efficientdet_hpu.finetune import sizing
+from finetune_cases import (FEW_PHOTOS, LITE0_PTH, MANY_CLASSES, ORTHO, ROOMY, SMALL_PHOTOS,
+                            TABLE)
+
+
+def test_the_bounds_follow_the_photos_and_their_small_boxes():
+    # 340 px photos: at most ladder(340) = 384, but Lite0's own 320 is smaller. 1 box in 10 is
+    # the 20 px one: 20 / 340 = 5.9% of its photo; 8 px of it need 8 / 0.0588 = 136 px: 192.
+    floor, top, why = sizing.bounds(SMALL_PHOTOS.train, 320)
+    assert (floor, top) == (192, 320)
+    assert '5.9% of its photo' in why and '11 px once fitted to 192 px' in why
+    # 256 px photos: at most 256; the 64 px box is 25%: 32 px wanted, 128 px.
+    assert sizing.bounds(MANY_CLASSES.train, 320)[:2] == (128, 256)
+
+
+def test_small_photos_train_small_and_search_the_next_size():
+    """The issue's 600 photos of 340 px in 20 min from the ImageNet backbone.
+
+    Besides training: data 2 x 5 + 720 / 20 + 20 = 66 s, start-up 30. At 192 px (24
+    images/s): whole photos + export 20 + 120 / 72 + 70 = 91.67 s, evaluations 2 + 120 / 72 =
+    3.67 s each: 1200 - 187.67 - 36.67 = 975.67 s train 2927 steps, 39 passes; at 256 px (15)
+    24 passes, at 320 (10) 16: none gets 50, so the smallest, 192 px. The rule cannot weigh
+    192's passes against 256's detail: a search. Trying 256 costs its start-up 30 s, its first
+    interval (1808 steps -> 180) 180 x 8 / 15 = 96 s, an evaluation 2 + 120 / 45 = 4.67 s and
+    the winner's restart 30 s: 160.67 s, under a quarter of 192's 975.67 s of training. Less
+    the search, 815 s train 2445 steps at 192 px: 10 evaluations of 244, 2440 steps."""
+    request = plan_lib.Request(weights=LITE0_PTH, max_minutes=20)
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=TABLE)
+    assert (plan.image_size, plan.tile_size, plan.candidates) == (192, 0, (192, 256))
+    assert (plan.steps, plan.eval_interval) == (2440, 244)
+    assert dict(plan.seconds)['search'] == pytest.approx(160.667, abs=0.01)
+    reasons = dict(plan.reasons)
+    assert 'passes: 192 px 39, 256 px 24, 320 px 16' in reasons['image size']
+    assert '192 px against 256 px' in reasons['search']
+    assert 'the budget holds 33 passes of the 100 wanted' in reasons['steps']
+    assert plan.total_seconds <= 20 * 60
+    # The other candidate fits the same budget less the same search: at 256 px 1200 - 66 - 30
+    # - 160.67 - (20 + 120 / 45 + 70) - 10 x 4.67 = 804.27 s, 1508 steps, 1500 in 10 of 150.
+    other = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, 256, table=TABLE)
+    assert (other.image_size, other.steps, other.eval_interval) == (256, 1500, 150)
+    assert other.candidates == ()
+
+
+def test_few_photos_keep_the_full_size_and_widen_the_jitter():
+    """40 photos of 640 px, boxes a third to half of them, 30 min: at 320 px the fixed stages
+    take 2 x 5 + 50 / 20 + 20 + 30 + 20 + 10 / 30 + 70 = 152.83 s and 10 evaluations 2 + 10 /
+    30 = 2.33 s each: 1800 - 152.83 - 23.33 = 1623.83 s fill 2029 steps, 405 passes (in 10
+    evaluations of 202: 2020). Every size gets 50 passes, so the largest (320, the model's
+    own; the 640 px photos allow more), no search; 40 photos seen 100 times or more widen
+    the jitter."""
+    plan = plan_lib.make_plan(FEW_PHOTOS, ROOMY,
+                              plan_lib.Request(weights=LITE0_PTH, max_minutes=30), table=TABLE)
+    assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
+        320, 2020, 202, ())
+    keys = dict(plan.schedule_keys)
+    assert (keys['jitter_min'], keys['jitter_max']) == (0.7, 1.3)
+    assert '40 photos seen about 404 times' in dict(plan.reasons)['augmentation']
+
+
+def test_many_classes_and_photos_in_a_short_budget_train_small_without_a_search():
+    """2000 photos of 256 px, 20 classes, random weights, 10 min: data 2 x 5 + 2200 / 20 + 20
+    = 140 s. At 128 px (40 images/s) whole photos + export 20 + 200 / 120 + 70 = 91.67 s,
+    evaluations 2 + 200 / 120 = 3.67 s: 600 - 261.67 - 36.67 = 301.67 s, 1508 steps, 6
+    passes; no size gets 50: 128 px. Trying 192 would cost 30 + 86 x 8 / 24 + 4.78 + 30 =
+    93.4 s, over a quarter of 301.67: no search. From random weights: the demo's rate."""
+    plan = plan_lib.make_plan(MANY_CLASSES, ROOMY, plan_lib.Request(max_minutes=10),
+                              table=TABLE)
+    assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
+        128, 1500, 150, ())
+    assert 'none: trying 192 px beside 128 would cost 1.6 min' in dict(plan.reasons)['search']
+    assert dict(plan.schedule_keys)['learning_rate'] == 1.28
+    assert plan.warmup_steps == 375  # A quarter of 1500.
+
+
+def test_big_photos_with_small_objects_are_tiled_at_the_models_size():
+    # ORTHO: 40 px crowns on a 2400 px photo, 5.3 px at 320: tiles of 320, whatever the budget.
+    plan = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=LITE0_PTH, max_minutes=20),
+                              table=TABLE)
+    assert (plan.image_size, plan.tile_size, plan.candidates) == (320, 320, ())
+    assert dict(plan.reasons)['image size'] == "320 px: efficientdet-lite0's own, tiles of it"
+
+
+def test_without_a_budget_the_largest_size_and_no_search():
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(weights=LITE0_PTH),
+                              table=TABLE)
+    assert (plan.image_size, plan.candidates) == (320, ())
+    assert plan.steps == 7500  # 100 passes of 600 photos.
+
+
+def test_the_doctors_larger_size_is_the_plans_and_the_rules_is_tried_beside_it():
+    """The doctor, run at the rule's 192 px, found the anchors miss boxes there and advised
+    256: the plan trains 256 and tries 192 beside it (the doctor's coverage against the rule's
+    passes). At 256 px 1808 steps fit (above); trying 192 costs 30 + (2927 // 10 = 292) x 8 /
+    24 + 3.67 + 30 = 161 s, under a quarter of 256's 964.3 s of training; less it, 803.67 s
+    train 1506 steps at 256: 10 evaluations of 150."""
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(max_minutes=20),
+                              (('image_size', 256),), table=TABLE)
+    assert (plan.image_size, plan.candidates, plan.steps) == (256, (256, 192), 1500)
+    assert dict(plan.seconds)['search'] == pytest.approx(161.0)
+    assert "the data doctor's advice (more of the boxes reach an anchor) over the 192 px" in \
+        dict(plan.reasons)['image size']
+    # Without a budget the doctor's size alone.
+    alone = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(), (('image_size', 384),),
+                               table=TABLE)
+    assert (alone.image_size, alone.candidates) == (384, ())

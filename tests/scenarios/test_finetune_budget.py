@@ -1,0 +1,88 @@
+"""`python finetune.py --max_minutes=N` as a user runs it, the budget used: a real short run of
+the tiny model ends within 10% of a planted 4-minute budget (the steps corrected from the
+stages' measured times and the first steps' rate, finetune/budget.py); and a real search of two
+input sizes (finetune/search.py) whose winner goes on to the end.
+
+Both read the cost table the plan reads on this machine (the package's, or the one `bench.py
+finetune_costs` measured here): the 10% holds where that table is this machine's when quiet.
+The search uses a table of its own, planted with EFFICIENTDET_FINETUNE_COSTS, whose figures make
+the plan search (two sizes, neither getting 50 passes); the run then measures its own."""
+import json
+import os
+
+import pytest
+
+from cli_runs import run_python
+from test_finetune import make_coco
+
+# The tiny model of cli_runs.TINY_HPARAMS without its image size, so that the plan sizes it.
+TINY_MODEL = 'min_level=3,max_level=5,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1'
+
+
+def _summary(out):
+    with open(os.path.join(out, 'summary.json')) as stream:
+        return json.load(stream)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_four_minute_budget_ends_within_ten_percent(tmp_path):
+    data = make_coco(str(tmp_path / 'data'), count=40)
+    out = str(tmp_path / 'out')
+    # Early stop off: the run is to use its budget, not to stop on a plateau of the tiny model.
+    result = run_python(['finetune.py', '--data=%s' % data, '--output_dir=%s' % out,
+                         '--max_minutes=4', '--hparams=image_size=128,%s,early_stop_patience=0'
+                         % TINY_MODEL], timeout=1400)
+    assert result.returncode == 0, result.stdout[-5000:]
+    summary = _summary(out)
+    assert 0.9 * 4 <= summary['minutes'] <= 1.1 * 4, result.stdout[-5000:]
+    assert 'measured at step' in result.stdout  # The first steps' rate was read.
+    assert 'budget: %.1f of 4 min used' % summary['minutes'] in result.stdout
+
+
+def _search_table(path):
+    """Lite0 at 128 px 40 images/s, at 192 px 24; 10 s start-ups; small fixed stages: 200
+    photos of 160 px (160 to train) in 5 min get 47 passes at 128 px and 27 at 192, so the plan
+    trains 128 px and tries 192 beside it (10 + 54 x 8 / 24 + 1.8 + 10 = 39.8 s, under a
+    quarter of 128's training)."""
+    with open(path, 'w') as stream:
+        json.dump({'machine': 'planted for the test', 'cores': 2, 'date': 'today',
+                   'training': [{'model': 'efficientdet-lite0', 'image_size': size,
+                                 'images_per_second': rate, 'startup_seconds': 10.0}
+                                for size, rate in ((128, 40.0), (192, 24.0), (320, 10.0))],
+                   'stages': {'evaluation_fixed_seconds': 1.0, 'inference_speedup': 2.0,
+                              'convert_seconds': 3.0, 'convert_images_per_second': 50.0,
+                              'doctor_seconds': 15.0, 'predict_seconds': 15.0,
+                              'analysis_seconds': 8.0, 'export_seconds': 40.0}}, stream)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_search_tries_two_sizes_and_the_winner_goes_on(tmp_path):
+    data = make_coco(str(tmp_path / 'data'), count=200)
+    out = str(tmp_path / 'out')
+    table = _search_table(str(tmp_path / 'costs.json'))
+    result = run_python(['finetune.py', '--data=%s' % data, '--output_dir=%s' % out,
+                         '--max_minutes=5', '--hparams=%s' % TINY_MODEL], timeout=1700,
+                        env={'EFFICIENTDET_FINETUNE_COSTS': table})
+    assert result.returncode == 0, result.stdout[-5000:]
+    # The plan's search line (192 first when the doctor, run at 128, advised it).
+    assert '128 px against 192 px' in result.stdout or '192 px against 128 px' in result.stdout
+    with open(os.path.join(out, 'search.json')) as stream:
+        search = json.load(stream)
+    tried = {entry['name']: entry for entry in search['tried']}
+    assert set(tried) == {'128px', '192px'}
+    for entry in tried.values():  # Each scored at its first evaluation.
+        assert 0.0 <= entry['AP50'] <= 1.0 and entry['step'] < entry['of_steps']
+    winner = tried[search['winner']]
+    assert all(winner['AP50'] >= entry['AP50'] for entry in tried.values())
+    assert search['line'] in result.stdout
+    with open(os.path.join(out, 'plan.yaml')) as stream:
+        header = stream.read()
+    assert '# search: ' + search['line'] in header
+    summary = _summary(out)
+    assert summary['image_size'] == winner['image_size']
+    # The winner went on from its checkpoint: training passed its search step.
+    assert summary['steps_trained'] > winner['step']
+    assert not os.path.exists(os.path.join(out, 'candidates'))

@@ -149,7 +149,8 @@ def clear(layout, data=False):
     Never a checkpoint: callers refuse a rerun whose model/ has one."""
     assert trained_step(layout) is None, 'clear() on a trained model_dir'
     paths = [layout.plan_json, layout.plan_yaml, layout.doctor_input, layout.doctor_json,
-             layout.records, layout.model_dir]
+             layout.records, layout.model_dir, layout.path('candidates'),
+             layout.path('search.json')]  # The search's candidates were of the old plan.
     if data:
         paths += [layout.inputs_json, input_files_json(layout), layout.train_json,
                   layout.val_json, layout.val_photos]

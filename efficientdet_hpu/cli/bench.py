@@ -25,6 +25,7 @@ in processes of their own; both wall times, their ratio, and where each one's ti
 Every subcommand names the CPU first (model, cores, AVX2 / AVX-512).
 """
 import os
+import sys
 
 from absl import app, flags
 
@@ -32,8 +33,10 @@ from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError, emit, parse_batch_sizes
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.core import processes
 
 FLAGS = flags.FLAGS
+STOP_GRACE_SECONDS = 60  # A benchmark run keeps nothing: a short wait for its clean end.
 
 
 def define_flags():
@@ -252,7 +255,16 @@ def main(argv):
         user_errors.append(suite.SuiteError)
     print('CPU: %s' % report.cpu_description(), flush=True)
     try:
-        COMMANDS[argv[1]]()
+        # SIGTERM, SIGINT, SIGHUP: passed on to the benchmark runs (main.py ends cleanly at
+        # its step); then one line and 128+N.
+        with processes.stops_forwarded('bench.py', STOP_GRACE_SECONDS):
+            COMMANDS[argv[1]]()
+    except processes.Stopped as stop:
+        stop.where = '`bench.py %s`' % argv[1]
+        stop.kept = ('its runs were ended and no result is kept (results are printed and '
+                     'written once every run has ended); rerun the same command to measure')
+        print(stop.line('bench.py'), file=sys.stderr, flush=True)
+        return stop.exit_status
     except tuple(user_errors) as error:
         return errors.fail('bench.py', error, FLAGS.verbose)
     return 0

@@ -255,8 +255,8 @@ def main(argv):
         user_errors.append(suite.SuiteError)
     print('CPU: %s' % report.cpu_description(), flush=True)
     try:
-        # SIGTERM, SIGINT, SIGHUP: passed on to the benchmark runs (main.py ends cleanly at
-        # its step); then one line and 128+N.
+        # SIGTERM, SIGINT, SIGHUP: passed on to the benchmark run in progress (main.py and
+        # the launcher end at it), its temporary folder removed; then one line and 128+N.
         with processes.stops_forwarded('bench.py', STOP_GRACE_SECONDS):
             COMMANDS[argv[1]]()
     except processes.Stopped as stop:

@@ -147,3 +147,16 @@ def _wait_for_file(path, seconds=60):
     while not os.path.exists(path) and time.monotonic() < end:
         time.sleep(0.05)
     assert os.path.exists(path), path
+
+
+def test_make_venv_passes_python_and_venv_to_the_set_up(tmp_path):
+    """`make test PYTHON=python3.10 VENV=.venv310` (the Makefile's header): PYTHON reaches
+    tools/setup_env.sh, which names an interpreter that is not there before making VENV."""
+    missing = str(tmp_path / 'no-such-python')
+    with started(['make', '--no-print-directory', 'venv', 'PYTHON=%s' % missing,
+                  'VENV=%s' % (tmp_path / 'venv310')], stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT) as process:
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 2, output
+    assert 'setup_env.sh: error: PYTHON=%s is not a program' % missing in output
+    assert not (tmp_path / 'venv310').exists()

@@ -131,7 +131,7 @@ def test_sigterm_to_the_finetune_keeps_the_step_and_the_rerun_goes_on(tmp_path):
         output[-4000:]
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(1800)  # Two 2-rank start-ups: 17 min of a run measured at load 10.
 def test_sighup_to_the_launcher_stops_both_ranks_at_one_step_and_the_rerun_resumes(
         tiny_dataset, tmp_path):
     model_dir = str(tmp_path / 'model')

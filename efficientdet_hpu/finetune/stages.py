@@ -139,7 +139,7 @@ def explain_stop(runner, stop, dry_run):
     training.json is written, so the rerun resumes from it)."""
     number, name = runner.stage or (1, 'data')
     stop.where = '%s (stage %d/%d)' % (name, number, STAGES)
-    stop.kept = ('the stages done before it are kept; rerun the same command to continue')
+    stop.kept = 'the stages done before it are kept; rerun the same command to continue'
     if dry_run:
         stop.kept = 'a dry run writes nothing'
     elif name == 'training':

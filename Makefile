@@ -12,22 +12,26 @@ TEST_WORKERS ?= 2
 
 .PHONY: venv test test-fast demo bench clean-demo trees-data trees
 
+# Each long recipe `exec`s its command, so the command is make's own child and gets the SIGTERM
+# make passes on when it is sent one (a shell in between would die of it and leave the command
+# running). tools/stop_signals.sh says what reaches what; docs/troubleshooting.md.
+
 venv:
-	@VENV=$(VENV) bash tools/setup_env.sh
+	@VENV=$(VENV) exec bash tools/setup_env.sh
 
 # --durations: the 30 slowest tests at the end of the output, where the suite's time goes.
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests
+	exec $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests
 
 # ~2 min on 2 cores: the suite minus `slow` tests (TensorFlow/mpirun processes, training, full-size nets).
 test-fast: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+	exec $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 demo: venv
-	@DEMO_DIR=$(DEMO_DIR) DATA_DIR=$(DATA_DIR) bash tools/demo.sh
+	@PY=$(PY) DEMO_DIR=$(DEMO_DIR) DATA_DIR=$(DATA_DIR) exec bash tools/demo.sh
 
 bench: venv
-	$(PY) bench.py suite --output docs/benchmarks-$$(hostname).md
+	exec $(PY) bench.py suite --output docs/benchmarks-$$(hostname).md
 
 clean-demo:
 	rm -rf $(DEMO_DIR) $(DATA_DIR)
@@ -36,7 +40,7 @@ clean-demo:
 # the Lite0 ImageNet weights and builds the tiled dataset (about a minute); `make trees` also
 # fine-tunes Lite0 from ImageNet and from random weights and scores both on the held-out photo.
 trees-data: venv
-	@bash tools/trees.sh data
+	@PY=$(PY) exec bash tools/trees.sh data
 
 trees: venv
-	@bash tools/trees.sh all
+	@PY=$(PY) exec bash tools/trees.sh all

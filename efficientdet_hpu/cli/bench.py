@@ -31,6 +31,7 @@ on labelled sets that differ as users' data differ (benchmarks/finetune_suite.py
 Every subcommand names the CPU first (model, cores, AVX2 / AVX-512).
 """
 import os
+import sys
 
 from absl import app, flags
 
@@ -39,8 +40,10 @@ from efficientdet_hpu.benchmarks.report import BenchError, emit, parse_batch_siz
 from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.core import processes
 
 FLAGS = flags.FLAGS
+STOP_GRACE_SECONDS = 60  # A benchmark run keeps nothing: a short wait for its clean end.
 
 
 def define_flags():
@@ -281,7 +284,16 @@ def main(argv):
         user_errors.append(suite.SuiteError)
     print('CPU: %s' % report.cpu_description(), flush=True)
     try:
-        COMMANDS[argv[1]]()
+        # SIGTERM, SIGINT, SIGHUP: passed on to the benchmark run in progress (main.py and
+        # the launcher end at it), its temporary folder removed; then one line and 128+N.
+        with processes.stops_forwarded('bench.py', STOP_GRACE_SECONDS):
+            COMMANDS[argv[1]]()
+    except processes.Stopped as stop:
+        stop.where = '`bench.py %s`' % argv[1]
+        stop.kept = ('its runs were ended and no result is kept (results are printed and '
+                     'written once every run has ended); rerun the same command to measure')
+        print(stop.line('bench.py'), file=sys.stderr, flush=True)
+        return stop.exit_status
     except tuple(user_errors) as error:
         return errors.fail('bench.py', error, FLAGS.verbose)
     return 0

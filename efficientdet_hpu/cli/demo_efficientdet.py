@@ -23,12 +23,13 @@ import sys
 
 from efficientdet_hpu import launch as hccl_config
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.core.processes import Stopped
 from efficientdet_hpu.launch import (ClusterConfigError, Host, LaunchError, LauncherArgs,
                                      model_dir_from, parse_launcher_argv)
 from efficientdet_hpu.launch.heartbeat import StallWatch
 from efficientdet_hpu.launch.plan import PROGRAM, RANK_LOG_DIR, Launch, build_launch, describe
 from efficientdet_hpu.launch.ssh_preflight import run_preflight
-from efficientdet_hpu.launch.start import exec_single_process, run_mpirun
+from efficientdet_hpu.launch.start import exec_single_process, run_mpirun, stop_line
 
 # The launcher's names as before the move to launch/ (tests and scripts import them from here).
 __all__ = ['ClusterConfigError', 'Host', 'Launch', 'LaunchError', 'LauncherArgs', 'RANK_LOG_DIR', 'USAGE',
@@ -82,13 +83,18 @@ def main(argv=None, environ=None):
     print(f"{PROGRAM}: running: {describe(launch)}", file=sys.stderr, flush=True)
     if not launch.uses_mpirun:
         exec_single_process(launch.command, launch.env)
-    if launch.stall_watch is None:
-        return run_mpirun(launch.command, launch.env)
-    heartbeat_dir, hosts, seconds = launch.stall_watch
     try:
-        return run_mpirun(launch.command, launch.env, StallWatch(heartbeat_dir, hosts, seconds))
-    finally:
-        shutil.rmtree(heartbeat_dir, ignore_errors=True)
+        if launch.stall_watch is None:
+            return run_mpirun(launch.command, launch.env)
+        heartbeat_dir, hosts, seconds = launch.stall_watch
+        try:
+            return run_mpirun(launch.command, launch.env,
+                              StallWatch(heartbeat_dir, hosts, seconds))
+        finally:
+            shutil.rmtree(heartbeat_dir, ignore_errors=True)
+    except Stopped as stop:  # SIGTERM, SIGINT, SIGHUP: the ranks checkpointed and ended.
+        print(stop_line(stop, model_dir_from(launch.command)), file=sys.stderr, flush=True)
+        return stop.exit_status
 
 
 def entry_point():

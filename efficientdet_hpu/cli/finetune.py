@@ -17,6 +17,7 @@ from absl import app, flags
 
 from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.core import processes
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner
@@ -75,15 +76,18 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
     try:
-        stages.finetune(options_from_flags())
+        # SIGTERM, SIGINT, SIGHUP: the running command (main.py: at its step, with its
+        # checkpoint) ends cleanly, then one line and 128+N (processes.stops_forwarded).
+        with processes.stops_forwarded(PROGRAM, runner.STOP_GRACE_SECONDS):
+            stages.finetune(options_from_flags())
+    except processes.Stopped as stop:
+        print(stop.line(PROGRAM), file=sys.stderr, flush=True)
+        return stop.exit_status
     except errors.UserError as error:
         return errors.fail(PROGRAM, error, FLAGS.verbose)
     except runner.StageFailed as error:
         print('%s: %s' % (PROGRAM, error), file=sys.stderr, flush=True)
         return 1
-    except KeyboardInterrupt:
-        print('%s: interrupted; rerun the same command to continue' % PROGRAM, file=sys.stderr)
-        return 130
     except OSError as error:
         message = errors.disk_full_message(error, FLAGS.output_dir)
         if message is None:

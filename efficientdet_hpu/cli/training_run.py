@@ -15,14 +15,19 @@ demo_efficientdet.py (docs/launching.md).
 
 Stopping: `time_limit` seconds after the start main.py is sent SIGTERM and saves a checkpoint
 of the step it reached (engine/preemption.py), as on a cluster's preemption; Ctrl-C does the
-same and raises KeyboardInterrupt once the child has ended (a second Ctrl-C kills it).
+same (SIGINT passed on: core/processes.stops_forwarded) and raises KeyboardInterrupt once the
+child has ended (a second Ctrl-C kills it); a SIGTERM or SIGHUP to the calling process stops
+main.py alike and raises processes.Stopped (exit status 128+N). Signals can only be caught on
+the main thread: called from another thread, train() leaves them to the caller.
 """
 import collections
 import dataclasses
 import json
 import os
 import subprocess
+import signal
 import sys
+import threading
 import time
 import typing
 
@@ -34,7 +39,7 @@ from efficientdet_hpu.finetune import runner
 from efficientdet_hpu.serving import python_api
 
 MODULE = 'efficientdet_hpu.cli.main'
-STOP_GRACE_SECONDS = runner.INTERRUPT_GRACE_SECONDS  # After the stop signal: checkpoint, exit.
+STOP_GRACE_SECONDS = processes.STOP_GRACE_SECONDS  # After the stop signal: checkpoint, exit.
 TAIL_LINES = 40
 
 
@@ -121,6 +126,19 @@ def summary(model_dir, exit_status=0, stopped=False, seconds=0.0, output=()):
     return run
 
 
+def _run_main(command, timeout, on_line, verbose, time_limit):
+    """processes.run_streaming, with stop signals passed on to main.py on the main thread."""
+    def run():
+        return processes.run_streaming(command, timeout, on_line, env=runner.child_env(verbose),
+                                       stop_after=time_limit)
+    if threading.current_thread() is not threading.main_thread():
+        return run()
+    with processes.stops_forwarded('efficientdet_hpu.train', STOP_GRACE_SECONDS,
+                                   announce='passed on to main.py, which saves a checkpoint of '
+                                   'its step'):
+        return run()
+
+
 def train(model_dir, mode='train', time_limit=None, quiet=False, on_line=None, verbose=False,
           **flags):
     """Runs `python main.py --model_dir=... --mode=... --FLAG=VALUE...`; returns its
@@ -142,9 +160,11 @@ def train(model_dir, mode='train', time_limit=None, quiet=False, on_line=None, v
     start = time.monotonic()
     timeout = float('inf') if time_limit is None else time_limit + STOP_GRACE_SECONDS
     try:
-        status, stopped = processes.run_streaming(
-            command, timeout, take, env=runner.child_env(verbose), stop_after=time_limit,
-            interrupt_grace=STOP_GRACE_SECONDS)
+        status, stopped = _run_main(command, timeout, take, verbose, time_limit)
+    except processes.Stopped as stop:  # main.py has checkpointed its step and ended.
+        if stop.signum == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise
     except subprocess.TimeoutExpired:
         raise TrainingFailed('main.py did not stop within %d s of the stop signal sent at '
                              'time_limit=%s s and was killed; its last lines:\n%s'

@@ -1,18 +1,21 @@
-"""Preemption: SIGTERM or SIGINT on any rank stops the job at one step, agreed by all ranks,
-with a checkpoint of that step written by rank 0 (Estimator's CheckpointSaverHook saves at the
-end of a train() call that a hook stopped).
+"""Preemption: SIGTERM, SIGINT or SIGHUP on any rank stops the job at one step, agreed by all
+ranks, with a checkpoint of that step written by rank 0 (Estimator's CheckpointSaverHook saves
+at the end of a train() call that a hook stopped).
 
 The signal handler only records the signal and puts the default handler back, so a second
 signal ends the process at once. After every training step `StopAtSignalHook` reduces the
 recorded signals of all ranks (a maximum, one scalar), so every rank stops after the same step
 even when only one of them was signalled.
 
-mpirun aborts a job on SIGTERM/SIGINT (Open MPI 4: SIGTERM to the ranks, SIGKILL a second
-later), but forwards SIGUSR1 and SIGUSR2 to every rank untouched; the launcher therefore passes
-SIGINT on as SIGUSR1 and SIGTERM as SIGUSR2 (cli/demo_efficientdet.py), and they mean the same
-here. The process then ends with status 128 + the signal's number (143 for SIGTERM, 130 for
-SIGINT), as a shell reports a process killed by it.
+mpirun aborts a job on SIGTERM/SIGINT/SIGHUP (Open MPI 4: SIGTERM to the ranks, SIGKILL a
+second later), but forwards SIGUSR1, SIGUSR2 and SIGALRM to every rank untouched; the launcher
+therefore passes SIGINT on as SIGUSR1, SIGTERM as SIGUSR2 and SIGHUP as SIGALRM
+(launch/start.py), and they mean the same here (SIGALRM only under Open MPI's mpirun, so that
+no other alarm is taken for a stop). The process then ends with status 128 + the signal's
+number (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP), as a shell reports a process killed
+by it. A SIGHUP this process was started ignoring (nohup) stays ignored.
 """
+import os
 import signal
 
 import tensorflow as tf
@@ -25,7 +28,8 @@ tf1 = tf.compat.v1
 
 # Signal received -> the signal it stands for (the launcher's stand-ins for mpirun).
 STOP_SIGNALS = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT,
-                signal.SIGUSR2: signal.SIGTERM, signal.SIGUSR1: signal.SIGINT}
+                signal.SIGHUP: signal.SIGHUP, signal.SIGUSR2: signal.SIGTERM,
+                signal.SIGUSR1: signal.SIGINT, signal.SIGALRM: signal.SIGHUP}
 
 _received = []       # The first stop signal this process got (as the signal it stands for).
 _agreed = {}         # {'signal': number, 'step': step} once the ranks agreed to stop.
@@ -57,17 +61,26 @@ def stop_message(signum, step, checkpoint):
 def _on_signal(signum, _frame):
     if not _received:
         _received.append(STOP_SIGNALS[signum])
-    for number in STOP_SIGNALS:  # A second signal ends the process at once.
+    for number in handled_signals():  # A second signal ends the process at once.
         signal.signal(number, signal.SIG_DFL)
     logging.warning('%s received: the ranks stop after the next step and write its '
                     'checkpoint; send it again to end at once', signal_name(_received[0]))
+
+
+def handled_signals(environ=None):
+    """The signals install() takes: SIGALRM only under Open MPI's mpirun; SIGHUP not when it
+    is ignored (nohup)."""
+    environ = os.environ if environ is None else environ
+    return [number for number in STOP_SIGNALS
+            if (number != signal.SIGALRM or 'OMPI_COMM_WORLD_SIZE' in environ)
+            and (number != signal.SIGHUP or signal.getsignal(number) != signal.SIG_IGN)]
 
 
 def install():
     """Installs the handlers (main thread only; idempotent)."""
     if _installed:
         return
-    for number in STOP_SIGNALS:
+    for number in handled_signals():
         signal.signal(number, _on_signal)
     _installed.append(True)
 

@@ -25,7 +25,8 @@ MODULES = {
     'analyze': 'efficientdet_hpu.cli.analyze',
 }
 TAIL_LINES = 40
-INTERRUPT_GRACE_SECONDS = 120  # Ctrl-C: main.py checkpoints the step it reached and exits.
+# A stop signal (cli/finetune.py): main.py checkpoints the step it is at and exits.
+STOP_GRACE_SECONDS = 120
 
 
 class StageFailed(RuntimeError):
@@ -87,6 +88,7 @@ class Runner:
     def __init__(self, layout, verbose=False, stream=sys.stdout):
         self.layout, self.verbose, self.stream = layout, verbose, stream
         self.started = time.monotonic()
+        self.stage = None  # (number, name) of the stage running, for the line at a stop.
 
     def say(self, text=''):
         print(text, file=self.stream, flush=True)
@@ -98,7 +100,8 @@ class Runner:
         """Runs `python -m MODULES[kind] args...`; returns (status, stopped by stop_after or
         by stop_when, a function of each line: processes.run_streaming).
         A status 2 with a one-line error raises ChildUserError, any other failure but the
-        stop StageFailed (both name logs/<name>.log)."""
+        stop StageFailed (both name logs/<name>.log); a stop signal processes.Stopped, once
+        the command has ended (cli/finetune.py's processes.stops_forwarded)."""
         os.makedirs(self.layout.logs, exist_ok=True)
         log_path = os.path.join(self.layout.logs, name + '.log')
         command = [sys.executable, '-m', MODULES[kind]] + [str(a) for a in args]
@@ -115,7 +118,7 @@ class Runner:
             try:
                 status, stopped = processes.run_streaming(
                     command, timeout, on_line, env=child_env(self.verbose), stop_after=stop_after,
-                    interrupt_grace=INTERRUPT_GRACE_SECONDS, stop_when=stop_when)
+                    stop_when=stop_when)
             except subprocess.TimeoutExpired:
                 raise StageFailed('%s did not end within its deadline of %.0f min and was '
                                   'stopped; its output: %s' % (name, timeout / 60.0,

@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import processes
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan_file
@@ -38,6 +39,7 @@ MIN_TRAINING_SECONDS = 180
 
 
 def _stage(runner, number, name, remaining_seconds=None, deadline=None):
+    runner.stage = (number, name.split(':')[0])
     eta = ''
     if remaining_seconds is not None:
         eta = '; the run ends in about %s (%s)' % (
@@ -157,6 +159,26 @@ def training_stage(runner, plan, deadline):
     return record
 
 
+def explain_stop(runner, stop, dry_run):
+    """Fills in the line of a stop signal (processes.Stopped.line): the stage it came in and
+    what is kept; in training, the checkpoint main.py wrote at the step it stopped at (no
+    training.json is written, so the rerun resumes from it)."""
+    number, name = runner.stage or (1, 'data')
+    stop.where = '%s (stage %d/%d)' % (name, number, STAGES)
+    stop.kept = 'the stages done before it are kept; rerun the same command to continue'
+    if dry_run:
+        stop.kept = 'a dry run writes nothing'
+    elif name == 'training':
+        step = latest_step(runner.layout.model_dir)
+        if step is None:
+            stop.where, stop.kept = 'training, before its first checkpoint', (
+                'rerun the same command to start training')
+        else:
+            stop.where = 'training at step %d' % step
+            stop.kept = ('checkpoint %s kept; rerun the same command to continue' % os.path.join(
+                os.path.basename(runner.layout.model_dir), 'model.ckpt-%d' % step))
+
+
 def best_checkpoint(model_dir):
     """(checkpoint argument for inference.py, its step): model_dir/best when an evaluation
     kept one, else the newest checkpoint."""
@@ -239,6 +261,9 @@ def finetune(options, stream=None):
                                **({'stream': stream} if stream else {}))
     try:
         return _run(runner, options)
+    except processes.Stopped as stop:
+        explain_stop(runner, stop, options.dry_run)
+        raise
     finally:
         if options.dry_run:
             shutil.rmtree(root, ignore_errors=True)

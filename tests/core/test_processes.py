@@ -1,11 +1,16 @@
-"""core/processes.py: a child and everything it starts end together, at the deadline or after."""
+"""core/processes.py: a child and everything it starts end together, at the deadline or after;
+a stop signal to the parent reaches the child once, the parent waits for its clean end within
+a deadline, says so in one line and exits 128+N (a driver process, signalled from outside)."""
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
+from cli_runs import started
 from efficientdet_hpu.core import processes
 
 
@@ -89,21 +94,163 @@ def test_streaming_hard_deadline_kills_the_session():
     assert _gone(int(lines[0]))
 
 
-def test_streaming_on_an_interrupt_lets_the_child_finish_its_stop():
-    """Ctrl-C reaches the fine-tune, not main.py in its own session: the child is sent the
-    stop signal and its last lines are read before the interrupt goes on."""
-    lines = []
-    code = ('import signal, sys, time\n'
-            'signal.signal(signal.SIGTERM, lambda *a: (print("checkpoint", flush=True), '
-            'sys.exit(143)))\n'
-            'print("training", flush=True)\n'
-            'time.sleep(60)\n')
+# A child that reports its pid and that of a grandchild (a `sleep` in the same session, as a
+# converter's workers), then each stop signal it gets; it ends as main.py does, 128+N, a
+# half a second after the first signal (a duplicate forwarded meanwhile would be reported), or never
+# ('hang': a step that does not end).
+CHILD = '''
+import os, signal, subprocess, sys, time
+grandchild = subprocess.Popen(['sleep', '120'])
+got = []
+def on_stop(signum, _frame):
+    got.append(signum)
+    print('got', signal.Signals(signum).name, flush=True)
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(number, on_stop)
+print('pids', grandchild.pid, flush=True)
+with open(os.environ['PIDS_FILE'], 'w') as stream:  # Also when the parent keeps the output.
+    stream.write('pids %d %d' % (os.getpid(), grandchild.pid))
+while not got or sys.argv[1:] == ['hang']:
+    time.sleep(0.05)
+time.sleep(0.5)
+sys.exit(128 + got[0])
+'''
 
-    def interrupt_on_training(line):
-        lines.append(line)
-        if line == 'training':
-            raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        processes.run_streaming([sys.executable, '-c', code], 30, interrupt_on_training,
-                                interrupt_grace=20)
-    assert lines == ['training', 'checkpoint']
+# The parent: the child under processes.stops_forwarded (run_streaming, run or none), its
+# lines echoed; at a stop, Stopped's line and its exit status.
+DRIVER = '''
+import os, sys, time
+from efficientdet_hpu.core import processes
+mode, grace, child = sys.argv[1], float(sys.argv[2]), [sys.executable, '-c', sys.argv[3]]
+child += sys.argv[4:]
+print('driver', os.getpid(), flush=True)
+try:
+    with processes.stops_forwarded('driver', grace):
+        if mode == 'streaming':
+            processes.run_streaming(child, 60, lambda line: print(line, flush=True))
+        elif mode == 'run':
+            print(processes.run(child, 60).stdout, flush=True)
+        else:
+            open(os.environ['PIDS_FILE'], 'w').write('pids')
+            time.sleep(60)
+except processes.Stopped as stop:
+    stop.kept = 'child status %s' % stop.child_status
+    print(stop.line('driver'), flush=True)
+    sys.exit(stop.exit_status)
+'''
+
+
+@contextlib.contextmanager
+def _driven(tmp_path, mode, grace=30, *child_args, prefix=()):
+    """The driver (cli_runs.started: a session of its own, killed on leaving the block), its
+    output in a file; yields (process, output reader)."""
+    command = list(prefix) + [sys.executable, '-c', DRIVER, mode, str(grace), CHILD]
+    with open(tmp_path / 'driver.log', 'w') as log, started(
+            command + list(child_args), env=dict(os.environ, PIDS_FILE=str(tmp_path / 'pids')),
+            stdout=log, stderr=subprocess.STDOUT) as process:
+        yield process, lambda: (tmp_path / 'driver.log').read_text()
+
+
+def _wait_for(read, text, seconds=30):
+    end = time.monotonic() + seconds
+    while text not in read() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert text in read(), read()
+
+
+def _pids(tmp_path):
+    """The child's and grandchild's pids, once the child has its handlers."""
+    _wait_for(lambda: (tmp_path / 'pids').read_text() if (tmp_path / 'pids').exists() else '',
+              'pids')
+    return [int(pid) for pid in (tmp_path / 'pids').read_text().split()[1:]]
+
+
+def _stop(tmp_path, mode, signals, child_args=(), grace=30, gap=0.0):
+    """Sends `signals` to the driver once its child is running (gap seconds apart); returns
+    (exit status, output, seconds from the first signal to the driver's end, pids)."""
+    with _driven(tmp_path, mode, grace, *child_args) as (process, read):
+        pids = _pids(tmp_path)
+        start = time.monotonic()
+        for index, signum in enumerate(signals):
+            if index:
+                time.sleep(gap)
+            process.send_signal(signum)
+        status = process.wait(60)
+        return status, read(), time.monotonic() - start, pids
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_reaches_the_child_once_and_the_parent_exits_128_plus_n(tmp_path, signum):
+    status, output, _, pids = _stop(tmp_path, 'streaming', [signum])
+    name = signal.Signals(signum).name
+    assert status == 128 + signum, output
+    assert output.count('got ') == 1 and 'got %s' % name in output, output
+    assert 'driver: %s: passed on to the running command' % name in output
+    assert output.splitlines()[-1] == 'driver: stopped by %s; child status %d' % (
+        name, 128 + signum), output
+    assert all(_gone(pid) for pid in pids), pids  # The grandchild too.
+
+
+def test_a_stop_reaches_a_child_of_run_too(tmp_path):
+    status, output, _, pids = _stop(tmp_path, 'run', [signal.SIGTERM])
+    assert status == 143 and 'driver: stopped by SIGTERM; child status 143' in output, output
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_the_same_signal_twice_at_once_is_one_stop(tmp_path):
+    """As `timeout` sends it (to the command, then to its process group) and make (its
+    recipe's process group got it too)."""
+    status, output, _, _ = _stop(tmp_path, 'streaming', [signal.SIGTERM, signal.SIGTERM])
+    assert status == 143 and output.count('got ') == 1, output
+    assert 'killed at once' not in output
+
+
+def test_a_second_signal_ends_at_once(tmp_path):
+    status, output, seconds, pids = _stop(
+        tmp_path, 'streaming', [signal.SIGTERM, signal.SIGINT], child_args=['hang'],
+        gap=processes.SAME_STOP_SECONDS + 0.5)
+    assert status == 130, output
+    assert seconds < 10 + processes.SAME_STOP_SECONDS, seconds
+    assert ('driver: stopped by SIGINT (a second stop signal: its processes were killed at '
+            'once)' in output), output
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_a_child_that_does_not_end_is_killed_at_the_deadline(tmp_path):
+    status, output, seconds, pids = _stop(tmp_path, 'streaming', [signal.SIGHUP],
+                                          child_args=['hang'], grace=2)
+    assert status == 129 and 'child status -9' in output, output
+    assert 2 <= seconds < 15, seconds
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_a_signal_while_no_child_runs_stops_at_once(tmp_path):
+    status, output, seconds, _ = _stop(tmp_path, 'idle', [signal.SIGTERM])
+    assert status == 143 and seconds < 10, output
+    assert output.splitlines()[-1] == 'driver: stopped by SIGTERM; child status None'
+
+
+def test_a_sighup_ignored_from_the_start_stays_ignored(tmp_path):
+    """nohup: the command goes on after a hangup; SIGTERM still stops it."""
+    with _driven(tmp_path, 'streaming', prefix=['nohup']) as (process, read):
+        _pids(tmp_path)
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert process.poll() is None and 'got' not in read(), read()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 143, read()
+
+
+def test_kill_tree_ends_a_child_and_its_children_in_process_groups_of_their_own():
+    """As the launcher ends mpirun and its ranks (each rank in a process group of its own, in
+    the launcher's session)."""
+    code = ('import os, subprocess, sys, time\n'
+            'ranks = [subprocess.Popen(["sleep", "120"], preexec_fn=os.setpgrp) '
+            'for _ in range(2)]\n'
+            'print(*[rank.pid for rank in ranks], flush=True)\n'
+            'time.sleep(120)\n')
+    with started([sys.executable, '-c', code], stdout=subprocess.PIPE) as process:
+        ranks = [int(pid) for pid in process.stdout.readline().split()]
+        processes.kill_tree(process.pid)
+        assert process.wait(10) == -signal.SIGKILL
+        assert all(_gone(pid) for pid in ranks), ranks

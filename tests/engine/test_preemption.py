@@ -33,7 +33,7 @@ def test_a_signal_stops_after_the_next_step_with_its_checkpoint_and_the_rerun_go
         assert preemption.received() == signal.SIGTERM
         # The handler put the default ones back: a second signal ends the process at once.
         assert all(signal.getsignal(number) == signal.SIG_DFL
-                   for number in preemption.STOP_SIGNALS)
+                   for number in preemption.handled_signals())
     stopped = raised.value
     assert (stopped.signum, stopped.step, stopped.exit_status) == (signal.SIGTERM, 4, 143)
     assert stopped.checkpoint == os.path.join(model_dir, 'model.ckpt-4')
@@ -83,3 +83,25 @@ def _write_checkpoint(model_dir, step):
             return tf.compat.v1.train.Saver().save(
                 session, os.path.join(model_dir, 'model.ckpt'), global_step=step)
 
+
+
+def test_sighup_stops_with_129_and_sigalrm_stands_for_it_under_mpirun(tmp_path):
+    """A closed terminal's SIGHUP is a stop like SIGTERM (129); the launcher passes it through
+    mpirun as SIGALRM, taken only under Open MPI (no other alarm is taken for a stop); a
+    SIGHUP ignored from the start (nohup) stays ignored."""
+    assert signal.SIGALRM not in preemption.handled_signals({})
+    assert signal.SIGALRM in preemption.handled_signals({'OMPI_COMM_WORLD_SIZE': '2'})
+    assert preemption.STOP_SIGNALS[signal.SIGALRM] == signal.SIGHUP
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in preemption.handled_signals({})
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    with tiny_engine.preemption_restored():
+        preemption.install()
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert preemption.received() == signal.SIGHUP
+        with pytest.raises(preemption.Stopped) as stopped:
+            preemption.stop_if_asked(str(tmp_path))
+    assert stopped.value.exit_status == 129
+    assert str(stopped.value).startswith('stopped by SIGHUP at step 0')

@@ -19,6 +19,7 @@ import yaml
 
 from cli_runs import assert_one_line_error, run_process, started
 from efficientdet_hpu.cli import demo_efficientdet as launcher
+from efficientdet_hpu.core import processes
 from efficientdet_hpu.launch import ClusterConfigError, is_valid_address, parse_hostfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -496,7 +497,8 @@ def test_mpijob_manifest_runs_the_launcher_for_eight_cards():
 SIGNAL_REPORTER = '''
 import os, signal, sys, time
 got = []
-for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+               signal.SIGALRM):
     signal.signal(number, lambda signum, frame: got.append(signum))
 with open(os.path.join(sys.argv[1], "ready-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w"):
     pass
@@ -536,10 +538,12 @@ def _wait_for_files(directory, pattern, count, seconds=60):
 
 
 @needs_mpirun
-@pytest.mark.parametrize("signum, seen", [(signal.SIGTERM, "SIGUSR2"), (signal.SIGINT, "SIGUSR1")])
+@pytest.mark.parametrize("signum, seen", [(signal.SIGTERM, "SIGUSR2"), (signal.SIGINT, "SIGUSR1"),
+                                          (signal.SIGHUP, "SIGALRM")])
 def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, signum, seen):
-    """mpirun would abort on SIGTERM/SIGINT: the ranks get the stand-in mpirun forwards
-    (engine/preemption.py takes it as the original) and the launcher returns their status."""
+    """mpirun would abort on SIGTERM/SIGINT/SIGHUP: the ranks get the stand-in mpirun forwards
+    (engine/preemption.py takes it as the original); the launcher waits for them and exits
+    128 + the number of the signal it got."""
     script = tmp_path / "rank.py"
     script.write_text(SIGNAL_REPORTER)
     with started([sys.executable, str(LAUNCHER), "--use_horovod", "2", "--main_script",
@@ -547,7 +551,7 @@ def test_the_launcher_passes_a_stop_signal_on_and_waits_for_the_ranks(tmp_path, 
                  stderr=subprocess.DEVNULL) as process:
         _wait_for_files(tmp_path, "ready-*", 2)
         process.send_signal(signum)
-        assert process.wait(timeout=60) == 143
+        assert process.wait(timeout=60) == 128 + signum
     assert [(tmp_path / f"got-{rank}").read_text() for rank in (0, 1)] == [seen] * 2
 
 
@@ -561,6 +565,7 @@ def test_a_second_signal_to_the_launcher_ends_the_job_at_once(tmp_path):
         _wait_for_files(tmp_path, "ready-*", 2)
         process.send_signal(signal.SIGTERM)
         _wait_for_files(tmp_path, "got-*", 2)  # The ranks took it and go on (a long step).
+        time.sleep(processes.SAME_STOP_SECONDS)  # Sooner, it is the same stop sent twice.
         start = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) != 0

@@ -1,0 +1,162 @@
+"""The Makefile's long targets as a user runs them, with a stand-in interpreter: `make demo` and
+`make trees` run every step with $(VENV)'s python, and a stop signal sent as a terminal, `kill`
+or `timeout` sends it reaches the running step exactly once (tools/stop_signals.sh); the step
+ends cleanly, make ends with the signal, and nothing of the run is left.
+
+The stand-in (VENV=<tmp>/venv, `make -o venv` so no venv is built) records each command it is
+run as and ends; as main.py (unless STAND_IN_TRAINS=0) it trains until a stop signal, records
+it, and exits 128+N half a second later (a duplicate passed on meanwhile would be recorded
+too)."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli_runs import started
+from efficientdet_hpu.core import processes
+
+pytestmark = pytest.mark.skipif(shutil.which('make') is None, reason='needs GNU make')
+
+STAND_IN = '''#!%s
+import os, signal, sys, time
+with open(os.environ['STAND_IN_LOG'], 'a') as log:
+    log.write('%%s %%s\\n' %% (sys.argv[0], ' '.join(sys.argv[1:])))
+if sys.argv[1:2] != ['main.py'] or os.environ.get('STAND_IN_TRAINS') == '0':
+    sys.exit(0)
+got = []
+def on_stop(signum, _frame):
+    got.append(signum)
+    with open(os.environ['STAND_IN_LOG'], 'a') as log:
+        log.write('main.py got %%s\\n' %% signal.Signals(signum).name)
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(number, on_stop)
+with open(os.environ['STAND_IN_LOG'] + '.training', 'w') as ready:
+    ready.write(str(os.getpid()))
+end = time.monotonic() + 60
+while not got and time.monotonic() < end:
+    time.sleep(0.05)
+time.sleep(0.5)
+print('main.py: stopped by %%s; checkpoint kept' %% signal.Signals(got[0]).name, flush=True)
+sys.exit(128 + got[0])
+''' % sys.executable
+
+
+@pytest.fixture
+def venv(tmp_path):
+    """A VENV whose bin/python is the stand-in; its log path."""
+    python = tmp_path / 'venv' / 'bin' / 'python'
+    python.parent.mkdir(parents=True)
+    python.write_text(STAND_IN)
+    python.chmod(0o755)
+    return str(tmp_path / 'venv'), str(tmp_path / 'commands.log')
+
+
+def _make(target, venv, tmp_path, extra_env=None):
+    """`make -o venv TARGET VENV=...` (cli_runs.started: a session of its own, as a terminal
+    job is a process group of its own; killed on leaving the block)."""
+    root, log = venv
+    env = dict(os.environ, STAND_IN_LOG=log, TREES_DIR=str(tmp_path / 'trees'),
+               RUNS_DIR=str(tmp_path / 'runs'), STOP_GRACE_SECONDS='30', **(extra_env or {}))
+    command = ['make', '--no-print-directory', '-o', 'venv', target, 'VENV=%s' % root,
+               'DEMO_DIR=%s' % (tmp_path / 'demo'), 'DATA_DIR=%s' % (tmp_path / 'data')]
+    return started(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _commands(log):
+    with open(log) as stream:
+        return [line.split(' ', 1) for line in stream.read().splitlines()]
+
+
+def _run_make(target, venv, tmp_path):
+    with _make(target, venv, tmp_path, extra_env={'STAND_IN_TRAINS': '0'}) as process:
+        output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    commands = _commands(venv[1])
+    assert {interpreter for interpreter, _ in commands} == {
+        os.path.join(venv[0], 'bin', 'python')}, commands
+    return [args.split()[1] if args.startswith('-m ') else args.split()[0]
+            for _, args in commands]
+
+
+def test_make_demo_runs_every_step_with_the_venvs_python(venv, tmp_path):
+    steps = _run_make('demo', venv, tmp_path)
+    assert steps == ['dataset.synthetic_coco'] + ['dataset.create_coco_tfrecord'] * 2 + [
+        'main.py'], steps
+
+
+def test_make_trees_runs_every_step_with_the_venvs_python(venv, tmp_path):
+    for folder in ('trees/download/deepforest', 'trees/download/lite0',  # Fetched already.
+                   'runs/pretrained/val_photo', 'runs/random/val_photo'):
+        (tmp_path / folder).mkdir(parents=True)
+    steps = _run_make('trees', venv, tmp_path)
+    assert steps == (['dataset.voc_to_coco'] * 2
+                     + ['dataset.create_coco_tfrecord', 'dataset.verify_tfrecords'] * 2
+                     + ['main.py'] * 2 + ['inference.py', 'efficientdet_hpu.cli.analyze'] * 2
+                     + ['-']), steps  # '-': the table and the picture, a script on stdin.
+
+
+@pytest.mark.parametrize('signum, whole_group, make_status', [
+    (signal.SIGTERM, False, -signal.SIGTERM),  # `kill MAKE_PID`: make passes it on.
+    (signal.SIGTERM, True, -signal.SIGTERM),   # `timeout make demo`: make's group, and make.
+    (signal.SIGINT, True, -signal.SIGINT),     # Ctrl-C in the terminal.
+    (signal.SIGHUP, True, -signal.SIGHUP),     # The terminal closed.
+])
+def test_a_stop_signal_to_make_demo_reaches_training_once(venv, tmp_path, signum, whole_group,
+                                                          make_status):
+    with _make('demo', venv, tmp_path) as process:
+        _wait_for_file(venv[1] + '.training')
+        with open(venv[1] + '.training') as stream:
+            trainer = int(stream.read())
+        members = _session(process.pid)
+        if whole_group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        output, _ = process.communicate(timeout=60)
+        assert _gone(members), output  # Before leaving the block, which kills the session.
+    name = signal.Signals(signum).name
+    got = [args for _, args in _commands(venv[1]) if args.startswith('got ')]
+    assert got == ['got %s' % name], (got, output)
+    assert process.returncode == make_status, output
+    assert 'main.py: stopped by %s; checkpoint kept' % name in output
+    assert output.count('demo.sh: stopped by %s; ' % name) == 1, output
+    assert trainer in members, members
+
+
+def _session(session_id):
+    # pylint: disable=protected-access
+    return [pid for pid, (_, _, session) in processes._processes().items()
+            if session == session_id]
+
+
+def _gone(pids, seconds=10):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not set(pids) & set(processes._processes()):  # pylint: disable=protected-access
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _wait_for_file(path, seconds=60):
+    end = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert os.path.exists(path), path
+
+
+def test_make_venv_passes_python_and_venv_to_the_set_up(tmp_path):
+    """`make test PYTHON=python3.10 VENV=.venv310` (the Makefile's header): PYTHON reaches
+    tools/setup_env.sh, which names an interpreter that is not there before making VENV."""
+    missing = str(tmp_path / 'no-such-python')
+    with started(['make', '--no-print-directory', 'venv', 'PYTHON=%s' % missing,
+                  'VENV=%s' % (tmp_path / 'venv310')], stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT) as process:
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 2, output
+    assert 'setup_env.sh: error: PYTHON=%s is not a program' % missing in output
+    assert not (tmp_path / 'venv310').exists()

@@ -1,0 +1,188 @@
+"""A stop signal to a command that starts processes, sent during training, as `kill`, `timeout`,
+Kubernetes or a closed terminal send it: every process of the run ends within the deadline,
+main.py keeps the checkpoint of the step it is at, the command says so in one line and exits
+128+N, and the same command run again goes on from that checkpoint. One signal per command
+(the three signals across the three commands): SIGTERM to the fine-tune, SIGHUP to the
+launcher's real `mpirun -np 2` run, SIGINT to bench; and a second signal once (the fine-tune's
+rerun), which ends everything at once."""
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli_runs import TINY_HPARAMS, python_env, started, tiny_flags
+from efficientdet_hpu.core import processes
+from test_finetune import make_coco
+
+pytestmark = pytest.mark.slow  # Real fine-tune, mpirun and bench runs, signalled.
+
+STEP_RE = re.compile(r'step (\d+)/\d+ loss')
+RESUMED_RE = re.compile(r'resuming from \S*model\.ckpt-(\d+) \(step (\d+)\)')
+STOP_SECONDS = 180  # From the signal to the end of every process of the run (a step, a save).
+
+
+def _tree(root):
+    """root and every process below it (/proc), whatever session or group they are in."""
+    # pylint: disable=protected-access
+    table = processes._processes()
+    found, todo = [root], [root]
+    while todo:
+        below = [pid for pid, (parent, _, _) in table.items() if parent == todo[-1]]
+        todo.pop()
+        found += below
+        todo += below
+    return found
+
+
+def _gone(pids, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not set(pids) & set(processes._processes()):  # pylint: disable=protected-access
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _wait_until(predicate, seconds, what):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError('waited %d s for %s' % (seconds, what))
+
+
+def _read(path):
+    try:
+        with open(path, errors='replace') as stream:
+            return stream.read()
+    except OSError:
+        return ''
+
+
+def _steps(text):
+    return [int(step) for step in STEP_RE.findall(text)]
+
+
+def _latest_step(model_dir):
+    found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"',
+                      _read(os.path.join(model_dir, 'checkpoint')))
+    return int(found.group(1)) if found else None
+
+
+def _signal_during_training(command, log_path, ready, signals, gap=0.0, env=None):
+    """Starts `command` (its output to log_path), waits until ready(output), records every
+    process of the run, sends `signals` to the command (gap seconds apart); returns (exit
+    status, output, the pids recorded, seconds from the first signal to the command's end)."""
+    with open(log_path, 'w') as log, started(command, env=python_env(env), stdout=log,
+                                             stderr=subprocess.STDOUT) as process:
+        _wait_until(lambda: ready(_read(log_path)) or process.poll() is not None, 900,
+                    'training to start')
+        assert process.poll() is None, _read(log_path)[-4000:]
+        pids = _tree(process.pid)
+        start = time.monotonic()
+        for index, signum in enumerate(signals):
+            if index:
+                time.sleep(gap)
+            process.send_signal(signum)
+        status = process.wait(STOP_SECONDS)
+        seconds = time.monotonic() - start
+        assert _gone(pids, 10), [pid for pid in pids if pid in _tree(pid)]
+    return status, _read(log_path), pids, seconds
+
+
+@pytest.mark.timeout(1500)
+def test_sigterm_to_the_finetune_keeps_the_step_and_the_rerun_goes_on(tmp_path):
+    """2000 planned steps of 1 epoch (no evaluation comes before the signal); SIGTERM once
+    main.py has logged step 3. The rerun resumes from the checkpoint kept; it is then stopped
+    by two SIGTERMs a second apart: the second ends it at once."""
+    data, out = make_coco(str(tmp_path / 'data')), tmp_path / 'out'
+    schedule = ('num_examples_per_epoch=16000,num_epochs=1,log_every_n_steps=1,'
+                'cp_every_n_steps=1000,early_stop_patience=0')
+    command = [sys.executable, 'finetune.py', '--data=%s' % data, '--output_dir=%s' % out,
+               '--steps=2000', '--hparams=%s,%s' % (TINY_HPARAMS, schedule)]
+    status, output, pids, _ = _signal_during_training(
+        command, str(tmp_path / 'first.log'), lambda text: max(_steps(text) or [0]) >= 3,
+        [signal.SIGTERM])
+    assert status == 143, output[-4000:]
+    step = _latest_step(str(out / 'model'))
+    assert step is not None and step >= 3, output[-4000:]
+    assert max(_steps(output)) == step  # The step main.py reached is the one kept.
+    line = ('finetune: stopped by SIGTERM during training at step %d; checkpoint '
+            'model/model.ckpt-%d kept; rerun the same command to continue' % (step, step))
+    assert output.count('finetune: stopped by') == 1 and line in output.splitlines(), \
+        output[-4000:]
+    assert 'main.py: stopped by SIGTERM at step %d' % step in output
+    assert len(pids) >= 2 and 'Traceback' not in output
+    assert not os.path.exists(out / 'training.json')  # The rerun trains on.
+
+    status, output, pids, seconds = _signal_during_training(
+        command, str(tmp_path / 'rerun.log'), lambda text: RESUMED_RE.search(text),
+        [signal.SIGTERM, signal.SIGTERM], gap=processes.SAME_STOP_SECONDS + 0.5)
+    assert [int(n) for n in RESUMED_RE.search(output).groups()] == [step, step], output[-4000:]
+    assert status == 143 and seconds < 30, (seconds, output[-4000:])
+    assert ('finetune: stopped by SIGTERM during training at step ' in output
+            and '(a second stop signal: its processes were killed at once)' in output), \
+        output[-4000:]
+
+
+@pytest.mark.timeout(1800)  # Two 2-rank start-ups: 17 min of a run measured at load 10.
+def test_sighup_to_the_launcher_stops_both_ranks_at_one_step_and_the_rerun_resumes(
+        tiny_dataset, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    launcher = [sys.executable, 'demo_efficientdet.py', '--use_horovod', '2']
+
+    def flags(epochs):  # 8 examples per epoch at global batch 4: 2 steps per epoch.
+        return tiny_flags(tiny_dataset, model_dir, '--mode=train',
+                          '--num_examples_per_epoch=8', '--num_epochs=%d' % epochs)
+
+    status, output, pids, _ = _signal_during_training(
+        launcher + flags(1000), str(tmp_path / 'signalled.log'),
+        lambda text: max(_steps(text) or [0]) >= 2, [signal.SIGHUP],
+        env={'TF_CPP_MIN_LOG_LEVEL': '2'})
+    assert status == 129, output[-4000:]
+    step = _latest_step(model_dir)
+    assert step is not None and step >= 2, output[-4000:]
+    assert len(pids) >= 4, pids  # The launcher, mpirun and the two ranks.
+    assert 'main.py: stopped by SIGHUP at step %d; checkpoint model.ckpt-%d written' % (
+        step, step) in output, output[-4000:]
+    line = ('demo_efficientdet.py: stopped by SIGHUP; checkpoint model.ckpt-%d kept in %s; '
+            'rerun the same command to continue' % (step, model_dir))
+    assert output.count('demo_efficientdet.py: stopped by') == 1 and line in output, \
+        output[-4000:]
+
+    epochs = step // 2 + 1  # One or two steps more.
+    rerun = processes.run(launcher + flags(epochs), 900, env=python_env(
+        {'TF_CPP_MIN_LOG_LEVEL': '2'}))
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert 'resuming from %s (step %d)' % (os.path.join(model_dir, 'model.ckpt-%d' % step),
+                                            step) in rerun.stdout, rerun.stdout[-4000:]
+    assert _latest_step(model_dir) == 2 * epochs > step
+
+
+def test_sigint_to_bench_ends_its_runs_and_says_so(tmp_path):
+    """bench.py train runs main.py --benchmark in a session of its own (no terminal's Ctrl-C
+    reaches it): SIGINT to bench once the run trains (its temporary model_dir, under TMPDIR,
+    has the first checkpoint). A benchmark keeps no result from a stopped run (its model_dir
+    is temporary), so nothing is resumed: the rerun measures again."""
+    command = [sys.executable, 'bench.py', 'train', '--batch_sizes=2', '--steps=5000',
+               '--warmup=1', '--hparams=%s' % TINY_HPARAMS]
+
+    def training(_):
+        return glob.glob(str(tmp_path / 'bench-train-*' / 'model.ckpt-0.index'))
+    status, output, pids, _ = _signal_during_training(
+        command, str(tmp_path / 'bench.log'), training, [signal.SIGINT],
+        env={'TMPDIR': str(tmp_path)})
+    assert status == 130, output[-4000:]
+    assert len(pids) >= 2, pids  # bench.py and main.py.
+    assert output.splitlines()[-1] == (
+        'bench.py: stopped by SIGINT during `bench.py train`; its runs were ended and no '
+        'result is kept (results are printed and written once every run has ended); rerun '
+        'the same command to measure'), output[-4000:]
+    assert 'BENCHMARK' not in output
+    assert not glob.glob(str(tmp_path / 'bench-train-*'))  # Its temporary model_dir went.

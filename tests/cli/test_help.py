@@ -267,7 +267,8 @@ def test_bench_help_lists_a_flag_under_each_subcommand_it_serves():
     _, text, _ = run_help('bench.py')
     groups = dict(re.findall(r'\n(bench\.py[\w ]*):\n((?:  .*\n|    .*\n)+)', text))
     assert list(groups) == ['bench.py', 'bench.py train', 'bench.py infer', 'bench.py input',
-                            'bench.py suite', 'bench.py coco_eval', 'bench.py train_and_eval']
+                            'bench.py suite', 'bench.py coco_eval', 'bench.py train_and_eval',
+                            'bench.py finetune_costs', 'bench.py finetune_suite']
     serving = {title.split()[-1] for title, body in groups.items() if '--image_size:' in body}
     assert serving == {'infer', 'input', 'train_and_eval'}
     assert '--model_name:' in groups['bench.py'] and '--output:' in groups['bench.py suite']

@@ -52,9 +52,12 @@ def _mean_valid(values):
     return float(values[values > -1].mean()) if (values > -1).any() else -1.0
 
 
-def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_LIMIT):
+def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_LIMIT,
+             say=None):
     """{'photos', 'annotations', 'detections', 'AP', 'AP50', 'recall_iou0.4'} of COCO result
-    rows ({'file_name', 'category_id', 'bbox' [x, y, w, h], 'score'}) against the file."""
+    rows ({'file_name', 'category_id', 'bbox' [x, y, w, h], 'score'}) against the file.
+    say(line), when given, hears what is scored before the scoring (whole orthophotos can
+    take minutes)."""
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO(annotations_file)
     by_name = {os.path.basename(image['file_name']): image['id']
@@ -72,6 +75,9 @@ def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_L
     if max_detections is None:  # All of them: the most any photo has (at least COCO's 100).
         per_photo = collections.Counter(row['image_id'] for row in rows)
         max_detections = max([100] + list(per_photo.values()))
+    if say is not None:
+        say('scoring %d detections of %d photo(s) against %s' % (
+            len(rows), len(image_ids), annotations_file))
     precision, recall = _scores(coco_gt, coco_dt, image_ids, max_detections, dense_limit)
     return {'photos': len(image_ids),
             'annotations': len(coco_gt.getAnnIds(imgIds=image_ids, iscrowd=False)),
@@ -107,6 +113,11 @@ def _scores(coco_gt, coco_dt, image_ids, max_detections, dense_limit):
     return precision[:-1], recall[-1]
 
 
-def evaluate_file(detections_json, annotations_file, max_detections=None):
+def _print_line(line):
+    print(line, flush=True)
+
+
+def evaluate_file(detections_json, annotations_file, max_detections=None, say=_print_line):
+    """evaluate() of a detections JSON file, saying what it scores (on stdout by default)."""
     with open(detections_json) as f:
-        return evaluate(json.load(f), annotations_file, max_detections)
+        return evaluate(json.load(f), annotations_file, max_detections, say=say)

@@ -5,6 +5,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import textwrap
 
@@ -204,6 +205,13 @@ def test_predict_directory_with_a_corrupt_file(exported, tiny_dataset, tmp_path)
     assert result.returncode == 0, result.stdout[-5000:]
     assert 'skipped %s' % os.path.join(images, 'broken.jpg') in result.stdout
     assert 'processed %d image(s), skipped 1' % len(good) in result.stdout
+    # The folder's progress (a pipe: plain lines), skipped files counted as done.
+    shown = [line for line in result.stdout.splitlines() if line.startswith('predicting: ')]
+    for line in shown[:-1]:  # Lines at tenths after 5 s, if predicting took that long.
+        assert re.fullmatch(r'predicting: \d/%d images \(\d+%%\)(, [\d.]+ images/s, ETA '
+                            r'0:\d\d:\d\d)?' % (len(good) + 1), line), line
+    assert re.fullmatch(r'predicting: %d/%d images \(100%%\) in 0:\d\d:\d\d, [\d.]+ '
+                        r'images/s' % ((len(good) + 1,) * 2), shown[-1]), shown
     written = sorted(os.listdir(output_dir))
     assert written == sorted(['detections.json', 'wide.bmp.png'] +
                              [n for n in good if n != 'wide.bmp'])
@@ -269,6 +277,13 @@ def test_tiled_predict_cli_from_model_dir_scores_the_whole_photo(tiny_trained_ru
     assert result.returncode == 0, result.stdout[-5000:]
     metrics = json.loads((output_dir / 'metrics.json').read_text())
     assert metrics['photos'] == 1 and metrics['detections'] > 100  # Several tiles' worth.
+    # The photo's tiles take several batches: their progress, then what is scored.
+    (tiles,) = [line for line in result.stdout.splitlines()
+                if line.startswith('predicting %s: ' % photo['file_name'])]
+    assert re.fullmatch(r'predicting %s: (\d+)/\1 tiles \(100%%\) in 0:\d\d:\d\d, [\d.]+ '
+                        r'tiles/s' % re.escape(photo['file_name']), tiles), tiles
+    assert 'scoring %d detections of 1 photo(s) against %s' % (
+        metrics['detections'], tiny_dataset['val_json']) in result.stdout
     assert 0 <= metrics['AP'] <= 1 and 0 <= metrics['recall_iou0.4'] <= 1
     rows = json.loads((output_dir / 'detections.json').read_text())
     assert max(r['bbox'][0] + r['bbox'][2] for r in rows) > 64  # Boxes beyond the first tile.

@@ -12,7 +12,7 @@ On a terminal it is one line rewritten in place (at most every REDRAW_SECONDS); 
 else (a log file, the fine-tune's runner reading a pipe, mpirun) it is whole lines: one when
 another tenth is done (at least MIN_LINE_SECONDS after the last line) or LINE_SECONDS have
 passed without one, so a log gets a heartbeat and never a flood; and a last line with the
-total time. tqdm draws the terminal form but writes the same carriage-return updates into
+time taken. tqdm draws the terminal form but writes the same carriage-return updates into
 a file (it offers only disabling there), and training's progress is log lines already: one
 small implementation serves both forms and shares its arithmetic with training.
 
@@ -139,17 +139,22 @@ class Progress:
             return False
         return self.done * 10 // self.total > self._shown_done * 10 // self.total
 
-    def line(self, now=None, final=False, note=True):
+    def line(self, now=None, final=False, short=False):
         """The progress line as it stands (no newline); final: with the time taken instead
-        of the ETA; note: with the note."""
+        of the ETA, and the start-up in it (to the first update, which the rate leaves out)
+        when it took a second or more; short: without the note and the start-up."""
         now = self._clock() if now is None else now
         total = self.total
         notes = (['%d%%' % (100 * self.done // total)] if total else []) + (
-            [self.note] if self.note and note else [])
+            [self.note] if self.note and not short else [])
         text = '%s: %s' % (self.what, '%d/%d %s' % (self.done, total, self.unit) if total
                            else '%d %s' % (self.done, self.unit))
         text += ' (%s)' % '; '.join(notes) if notes else ''
-        text += ' in %s' % format_seconds(now - self._start) if final else ''
+        if final:
+            text += ' in %s' % format_seconds(now - self._start)
+            startup = self.meter.marked_time - self._start if self._measured() else 0
+            if startup >= 1 and not short:
+                text += ' (start-up %s)' % format_seconds(startup)
         if self._measured():
             text += ', %.2f %s/s' % (self.meter.rate(self.done, now), self.unit)
             if total and not final:
@@ -166,7 +171,7 @@ class Progress:
         if self.terminal:
             width = max(shutil.get_terminal_size().columns - 1, 20)
             if len(line) > width:  # A wrapped line cannot be rewritten in place.
-                line = self.line(now, final, note=False)[:width]
+                line = self.line(now, final, short=True)[:width]
             self.stream.write('\r' + line + _ERASE_TO_END + ('\n' if final else ''))
             self.stream.flush()
             self._drawn = not final

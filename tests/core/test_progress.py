@@ -54,6 +54,7 @@ def test_format_seconds():
 def test_line_says_images_done_share_rate_and_eta():
     clock = Clock()
     shown, _ = _plain(2500, clock, note="rank 0's share of 5000")
+    clock.now += 20.0
     shown.update(100)  # The first batch (warm-up) starts the rate's clock.
     assert shown.line() == ("evaluating model.ckpt-5: 100/2500 images (4%; rank 0's share "
                             "of 5000)")
@@ -61,6 +62,11 @@ def test_line_says_images_done_share_rate_and_eta():
     shown.update(500)  # 500 images in 40 s: 12.5/s; 1900 left: 152 s.
     assert shown.line() == ("evaluating model.ckpt-5: 600/2500 images (24%; rank 0's share "
                             "of 5000), 12.50 images/s, ETA 0:02:32")
+    clock.now += 152.0
+    shown.update(1900)
+    assert shown.line(final=True) == (  # The rate leaves the first batch's time out.
+        "evaluating model.ckpt-5: 2500/2500 images (100%; rank 0's share of 5000) in 0:03:32 "
+        "(start-up 0:00:20), 12.50 images/s")
     unknown, _ = _plain(None, clock)
     unknown.update(4)
     clock.now += 2.0

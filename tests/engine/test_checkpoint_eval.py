@@ -157,10 +157,10 @@ class _Terminal(io.StringIO):
 @pytest.mark.parametrize('terminal', [False, True])
 def test_an_evaluation_shows_its_progress_and_says_what_it_scores(trained, val_pattern, tmp_path,
                                                                    monkeypatch, terminal):
-    """Plain: the last line in the log (five images in three batches take well under the
-    first line's five seconds); on a terminal (stderr): a line drawn in place from the first
-    batch on (again after any log record), ended by that last line. Then the scoring is
-    announced."""
+    """Plain: lines in the log, the last with the time taken (five images in three batches
+    take less than the five seconds before another line, unless the first batch does); on
+    a terminal (stderr): a line drawn in place from the first batch on (again after any log
+    record), ended by that last line. Then the scoring is announced."""
     model_dir = _copy(trained, tmp_path)
     stderr = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr('sys.stderr', stderr)  # Where absl's handler writes the log too.
@@ -169,7 +169,8 @@ def test_an_evaluation_shows_its_progress_and_says_what_it_scores(trained, val_p
         with tiny_engine.tiny_run(options, TinyModel()) as run:
             evaluation.evaluate_checkpoint(run, os.path.join(model_dir, 'model.ckpt-2'))
     shown = [line for line in logged if line.startswith('evaluating model.ckpt-2:')]
-    last = r'evaluating model\.ckpt-2: 5/5 images \(100%\) in 0:00:\d\d, [\d.]+ images/s'
+    last = (r'evaluating model\.ckpt-2: 5/5 images \(100%\) in 0:00:\d\d'
+            r'( \(start-up 0:00:\d\d\))?, [\d.]+ images/s')
     if terminal:
         draws = [part for part in stderr.getvalue().split('\r')
                  if part.startswith('evaluating model.ckpt-2:')]
@@ -180,7 +181,10 @@ def test_an_evaluation_shows_its_progress_and_says_what_it_scores(trained, val_p
         assert re.match(last + r'\x1b\[K\n', draws[-1]), draws[-1]  # The log goes on below.
     else:
         assert '\r' not in stderr.getvalue()
-        assert len(shown) == 1 and re.fullmatch(last, shown[0]), shown
+        assert re.fullmatch(last, shown[-1]), shown
+        for line in shown[:-1]:  # On a busy machine the first batch may take 5 s or more.
+            assert re.fullmatch(r'evaluating model\.ckpt-2: [24]/5 images \((40|80)%\)'
+                                r'(, [\d.]+ images/s, ETA 0:00:\d\d)?', line), line
     # 7 boxes in VAL_SPECS: the tiny model detects each once.
     scoring = 'scoring 7 detections of 5 images (%s)' % coco_metric.DEFAULT_EVALUATOR
     scored = [index for index, line in enumerate(logged) if line.startswith('scored in ')]

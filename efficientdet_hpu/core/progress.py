@@ -11,8 +11,8 @@ when known), the rate and the time left.
 On a terminal it is one line rewritten in place (at most every REDRAW_SECONDS); anywhere
 else (a log file, the fine-tune's runner reading a pipe, mpirun) it is whole lines: one when
 another tenth is done (at least MIN_LINE_SECONDS after the last line) or LINE_SECONDS have
-passed without one, so a log gets a heartbeat and never a flood; and a last line with the
-time taken. tqdm draws the terminal form but writes the same carriage-return updates into
+passed without one, so a log gets a heartbeat and never a flood. The last line, with the
+time taken, comes when the count reaches the total (or at close without one). tqdm draws the terminal form but writes the same carriage-return updates into
 a file (it offers only disabling there), and training's progress is log lines already: one
 small implementation serves both forms and shares its arithmetic with training.
 
@@ -98,10 +98,10 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
         self._log, self._clock = log, clock
-        self.done = 0
+        self.done, self._updated = 0, None  # _updated: the last update's time.
         self.meter = Meter(total)
         self._start = self._last_shown = clock()
-        self._shown_done, self._drawn, self._filters = 0, False, []
+        self._shown_done, self._drawn, self._filters, self._ended = 0, False, [], False
         if enabled and self.terminal:
             self._clear_on_logging()
 
@@ -121,18 +121,19 @@ class Progress:
         if not self.enabled:
             return
         self.done += count
-        now = self._clock()
+        now = self._updated = self._clock()
         if self.meter.marked_time is None:
             self.meter.mark(self.done, now)
-        if self._due(now):
+        if self.total and self.done >= self.total and not self._ended:
+            self._show(now, final=True)  # When the count is complete, not at close.
+            self._ended = True
+        elif self._due(now):
             self._show(now)
 
     def _due(self, now):
         since = now - self._last_shown
         if self.terminal:
             return not self._drawn or since >= REDRAW_SECONDS
-        if self.total and self.done >= self.total:
-            return False  # The last line follows.
         if since >= LINE_SECONDS:
             return True
         if not self.total or since < MIN_LINE_SECONDS:
@@ -155,8 +156,9 @@ class Progress:
             startup = self.meter.marked_time - self._start if self._measured() else 0
             if startup >= 1 and not short:
                 text += ' (start-up %s)' % format_seconds(startup)
-        if self._measured():
-            text += ', %.2f %s/s' % (self.meter.rate(self.done, now), self.unit)
+        if self._measured():  # At the end, up to the last update (not what follows the loop).
+            text += ', %.2f %s/s' % (self.meter.rate(self.done, self._updated if final else now),
+                                     self.unit)
             if total and not final:
                 text += ', ETA %s' % format_seconds(self.meter.eta(self.done, now))
         return text
@@ -204,7 +206,7 @@ class Progress:
         for handler, found in self._filters:
             handler.removeFilter(found)
         self._filters, self.enabled = [], False  # Closed once.
-        if finished:
+        if finished and not self._ended:
             self._show(self._clock(), final=True)
         elif self._drawn:
             self.stream.write('\n')

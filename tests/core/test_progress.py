@@ -107,6 +107,25 @@ def test_plain_lines_never_flood_a_log():
     assert stream.getvalue().splitlines()[0] == 'evaluating model.ckpt-5: 30 images, 1.00 images/s'
 
 
+def test_the_last_line_comes_when_the_count_is_complete():
+    """Not at close: what the loop does after its last batch (closing its input and session)
+    is not evaluating images. Without a total, close says the last line."""
+    clock = Clock()
+    shown, stream = _plain(4, clock)
+    shown.update(2)
+    clock.now += 1.0
+    shown.update(2)
+    clock.now += 30.0
+    shown.close()
+    assert stream.getvalue() == (
+        'evaluating model.ckpt-5: 4/4 images (100%) in 0:00:01, 2.00 images/s\n')
+    unknown, stream = _plain(None, clock)
+    unknown.update(4)
+    clock.now += 2.0
+    unknown.close()
+    assert stream.getvalue() == 'evaluating model.ckpt-5: 4 images in 0:00:02\n'
+
+
 def test_plain_lines_go_to_the_log_when_given():
     clock, logged = Clock(), []
     shown, stream = _plain(10, clock, log=logged.append)

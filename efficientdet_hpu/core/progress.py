@@ -90,11 +90,13 @@ class Progress:
     unit: what is counted ('images'); note: said beside the count ("rank 0's share of 5000");
     stream: where it is drawn (default sys.stderr); terminal: the form (None: whether stream
     is a terminal); log: writes one plain line (default: to stream); enabled: False makes
-    every call a no-op (ranks other than 0); clock: seconds, monotonic."""
+    every call a no-op (ranks other than 0); quiet_seconds: nothing is shown before this
+    time (a loop quicker than that shows nothing); clock: seconds, monotonic."""
 
     def __init__(self, what, total=None, unit='images', note=None, stream=None, terminal=None,
-                 log=None, enabled=True, clock=time.monotonic):
+                 log=None, enabled=True, quiet_seconds=0.0, clock=time.monotonic):
         self.what, self.unit, self.note, self.enabled = what, unit, note, enabled
+        self.quiet_seconds = quiet_seconds
         self.stream = stream if stream is not None else sys.stderr
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
         self._log, self._clock = log, clock
@@ -168,6 +170,8 @@ class Progress:
         return self.meter.marked_count is not None and self.done > self.meter.marked_count
 
     def _show(self, now, final=False):
+        if now - self._start < self.quiet_seconds:
+            return
         self._last_shown, self._shown_done = now, self.done
         line = self.line(now, final)
         if self.terminal:
@@ -191,12 +195,10 @@ class Progress:
             self._drawn = False
 
     def write(self, text, file=None):
-        """Prints `text` as a line of its own (to `file`, default the stream) above the
-        progress line, which is drawn again below it."""
+        """Prints `text` as a line of its own (to `file`, default the stream) where the
+        progress line was; the next update draws that below it."""
         self.clear()
         print(text, file=file if file is not None else self.stream, flush=True)
-        if self.enabled and self.terminal and self.done:
-            self._show(self._clock())
 
     def close(self, finished=True):
         """The last line: the count and the time it took (finished), or, on an error, the

@@ -113,25 +113,23 @@ def _annotate(pixels, outputs, names, min_score, path):
 
 
 class _TileProgress:
-    """A TiledPredictor's on_tiles: a progress line of one photo's tiles when they take more
-    than one batch (a whole orthophoto: thousands of tiles, minutes)."""
+    """A TiledPredictor's on_tiles: the progress of one photo's tiles, shown when the photo
+    takes 5 s or more (a whole orthophoto: thousands of tiles, minutes)."""
 
     def __init__(self, file_name):
-        self._file_name, self.shown = file_name, None
+        self.shown = progress.Progress('predicting %s' % file_name, unit='tiles',
+                                       stream=sys.stdout,
+                                       quiet_seconds=progress.MIN_LINE_SECONDS)
 
     def __call__(self, count, total):
-        if self.shown is None and total > count:
-            self.shown = progress.Progress('predicting %s' % self._file_name, total=total,
-                                           unit='tiles', stream=sys.stdout)
-        if self.shown is not None:
-            self.shown.update(count)
+        self.shown.meter.total = total  # Known from the first batch on.
+        self.shown.update(count)
 
     def __enter__(self):
         return self
 
     def __exit__(self, error_type, error, traceback):
-        if self.shown is not None:
-            self.shown.close(finished=error_type is None)
+        self.shown.close(finished=error_type is None)
         return False
 
 

@@ -178,9 +178,29 @@ def test_a_line_written_above_the_terminal_line():
     shown, stream = _terminal(10, clock)
     shown.update(2)
     shown.write('photo.jpg: 640x480, 3 detections')
+    clock.now += 0.25
+    shown.update(1)  # Drawn again at once, below the line.
     assert stream.getvalue() == ('\revaluating model.ckpt-5: 2/10 images (20%)\x1b[K'
                                  '\r\x1b[Kphoto.jpg: 640x480, 3 detections\n'
-                                 '\revaluating model.ckpt-5: 2/10 images (20%)\x1b[K')
+                                 '\revaluating model.ckpt-5: 3/10 images (30%), 4.00 images/s, '
+                                 'ETA 0:00:01\x1b[K')
+
+
+def test_a_quiet_loop_shows_nothing_before_its_quiet_seconds():
+    clock = Clock()
+    quick, stream = _terminal(4, clock, quiet_seconds=5.0)
+    for _ in range(4):
+        clock.now += 1.0
+        quick.update()
+    assert stream.getvalue() == ''  # Done in 4 s.
+    slow, stream = _plain(10, clock, quiet_seconds=5.0)
+    for _ in range(10):
+        clock.now += 1.0
+        slow.update()
+    assert stream.getvalue() == (
+        'evaluating model.ckpt-5: 5/10 images (50%), 1.00 images/s, ETA 0:00:05\n'
+        'evaluating model.ckpt-5: 10/10 images (100%) in 0:00:10 (start-up 0:00:01), '
+        '1.00 images/s\n')
 
 
 def test_a_log_record_erases_the_drawn_line_and_the_next_update_draws_it_again():

@@ -10,8 +10,8 @@ when known), the rate and the time left.
 
 On a terminal it is one line rewritten in place (at most every REDRAW_SECONDS); anywhere
 else (a log file, the fine-tune's runner reading a pipe, mpirun) it is whole lines: one when
-another tenth is done (at least MIN_LINE_SECONDS after the last line) or LINE_SECONDS have
-passed without one, so a log gets a heartbeat and never a flood. The last line, with the
+another tenth is done (with a rate, at least MIN_LINE_SECONDS after the last line) or
+LINE_SECONDS have passed without one, so a log gets a heartbeat and never a flood. The last line, with the
 time taken, comes when the count reaches the total (or at close without one). tqdm draws the terminal form but writes the same carriage-return updates into
 a file (it offers only disabling there), and training's progress is log lines already: one
 small implementation serves both forms and shares its arithmetic with training.
@@ -136,9 +136,9 @@ class Progress:
         since = now - self._last_shown
         if self.terminal:
             return not self._drawn or since >= REDRAW_SECONDS
-        if since >= LINE_SECONDS:
+        if since >= LINE_SECONDS:  # A heartbeat, even before a rate is known.
             return True
-        if not self.total or since < MIN_LINE_SECONDS:
+        if not self.total or since < MIN_LINE_SECONDS or not self._measured():
             return False
         return self.done * 10 // self.total > self._shown_done * 10 // self.total
 

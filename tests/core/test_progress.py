@@ -126,6 +126,20 @@ def test_the_last_line_comes_when_the_count_is_complete():
     assert stream.getvalue() == 'evaluating model.ckpt-5: 4 images in 0:00:02\n'
 
 
+def test_a_slow_first_batch_gets_a_line_only_after_30_s():
+    """The first batch carries the start-up: a tenth it completes is not worth a line
+    without a rate (the next one comes soon), but 30 s without news are."""
+    clock = Clock()
+    shown, stream = _plain(8, clock)
+    clock.now += 6.0
+    shown.update(2)  # 25% after 6 s.
+    assert stream.getvalue() == ''
+    slow, stream = _plain(5000, clock)
+    clock.now += 31.0
+    slow.update(8)
+    assert stream.getvalue() == 'evaluating model.ckpt-5: 8/5000 images (0%)\n'
+
+
 def test_plain_lines_go_to_the_log_when_given():
     clock, logged = Clock(), []
     shown, stream = _plain(10, clock, log=logged.append)

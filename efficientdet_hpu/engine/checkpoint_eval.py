@@ -148,6 +148,8 @@ def evaluate_checkpoint(run, checkpoint, predict=predict_shard):
         shard = _predict_unless_removed(run, checkpoint, predict, shown)
     finally:  # No total line for an evaluation that failed or whose checkpoint went.
         shown.close(finished=shard is not None)
+    if distributed.size() > 1 and distributed.is_main():  # It waits for the slowest rank.
+        logging.info('gathering the detections of the %d ranks', distributed.size())
     if any(lost for lost in distributed.allgather_numpy(shard is None)):
         logging.warning('%s was removed before evaluation (the training job keeps only '
                         '--keep_checkpoint_max checkpoints); moving on',

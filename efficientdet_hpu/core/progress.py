@@ -11,10 +11,12 @@ when known), the rate and the time left.
 On a terminal it is one line rewritten in place (at most every REDRAW_SECONDS); anywhere
 else (a log file, the fine-tune's runner reading a pipe, mpirun) it is whole lines: one when
 another tenth is done (with a rate, at least MIN_LINE_SECONDS after the last line) or
-LINE_SECONDS have passed without one, so a log gets a heartbeat and never a flood. The last line, with the
-time taken, comes when the count reaches the total (or at close without one). tqdm draws the terminal form but writes the same carriage-return updates into
-a file (it offers only disabling there), and training's progress is log lines already: one
-small implementation serves both forms and shares its arithmetic with training.
+LINE_SECONDS have passed without one, so a log gets a heartbeat and never a flood. The last
+line, with the time taken, comes when the count reaches the total (or at close without one).
+
+tqdm draws the terminal form but writes the same carriage-return updates into a file (it
+offers only disabling there), and training's progress is log lines already: one small
+implementation serves both forms and shares its arithmetic with training.
 
 The rate counts from the first update on: the first batch carries the graph's warm-up and
 the checkpoint's restore, as training's first step does, which its log leaves out too.

@@ -11,12 +11,15 @@ import glob
 import json
 import os
 import shutil
+import time
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_hpu.core import progress
 from efficientdet_hpu.data import dataloader
+from efficientdet_hpu.data import tfrecord_framing
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.checkpoints import checkpoint_integrity
 from efficientdet_hpu.checkpoints import checkpoints
@@ -48,20 +51,24 @@ def eval_input_fn(run):
     return input_fn
 
 
-def predict_shard(run, checkpoint):
+def predict_shard(run, checkpoint, shown=None):
     """Runs this rank's shard through Estimator.predict (the PREDICT graph built for this
-    call); returns (image_ids [N], detections [M,7], groundtruth [N,K,7])."""
+    call); returns (image_ids [N], detections [M,7], groundtruth [N,K,7]). shown: the
+    core.progress.Progress that counts the images."""
     return collect_shard(run, run.estimator.predict(
-        eval_input_fn(run), checkpoint_path=checkpoint, yield_single_examples=False))
+        eval_input_fn(run), checkpoint_path=checkpoint, yield_single_examples=False), shown)
 
 
-def collect_shard(run, predictions):
+def collect_shard(run, predictions, shown=None):
     """(image_ids int64 [N], detections float64 [M,7], groundtruth float32 [N,K,7]) of an
     iterable of prediction batches (dicts of det_model_fn's PREDICT outputs, arrays with a
     batch dimension), whoever ran them: predict_shard or the evaluator a train_and_eval run
-    keeps (engine/training_eval.py)."""
+    keeps (engine/training_eval.py). Each batch's images are counted on `shown` (a
+    core.progress.Progress, or None)."""
     image_ids, detections, groundtruth = [], [], []
     for batch in predictions:
+        if shown is not None:
+            shown.update(len(batch['source_ids']))
         image_ids.append(batch['source_ids'])
         groundtruth.append(batch['groundtruth_data'])
         for rows, count, image_id in zip(batch['detections'], batch['num_detections'],
@@ -93,16 +100,16 @@ def _checkpoint_present(checkpoint):
     return tf.io.gfile.exists(checkpoint + '.index')
 
 
-def _predict_unless_removed(run, checkpoint, predict):
-    """This rank's predict(run, checkpoint), or None when the checkpoint is gone: a training
-    job beside this evaluator rotated it out (keep_checkpoint_max) before or while it was
-    read."""
+def _predict_unless_removed(run, checkpoint, predict, shown):
+    """This rank's predict(run, checkpoint, shown), or None when the checkpoint is gone: a
+    training job beside this evaluator rotated it out (keep_checkpoint_max) before or while
+    it was read."""
     if not _checkpoint_present(checkpoint):
         return None
     try:
         with bad_records.named_data_errors(run.options.validation_file_pattern,
                                            run.config.num_classes):
-            return predict(run, checkpoint)
+            return predict(run, checkpoint, shown)
     except (tf.errors.NotFoundError, ValueError):
         if _checkpoint_present(checkpoint):
             raise
@@ -129,13 +136,20 @@ def evaluate_checkpoint(run, checkpoint, predict=predict_shard):
     when the checkpoint was removed before it could be read (every rank then moves on).
     Raises CheckpointError naming a damaged checkpoint.
 
-    predict(run, checkpoint): this rank's shard as predict_shard returns it; a train_and_eval
-    run passes its kept evaluation graph's (engine/training_eval.py)."""
+    predict(run, checkpoint, shown): this rank's shard as predict_shard returns it, its images
+    counted on `shown` (rank 0's progress line); a train_and_eval run passes its kept
+    evaluation graph's (engine/training_eval.py)."""
     step = checkpoints.checkpoint_step(checkpoint)
     _check_intact(checkpoint)
     eval_analysis.check_split(run)
     logging.info('evaluating %s (step %d)', os.path.basename(checkpoint), step)
-    shard = _predict_unless_removed(run, checkpoint, predict)
+    shown, shard = _progress(run, checkpoint), None
+    try:
+        shard = _predict_unless_removed(run, checkpoint, predict, shown)
+    finally:  # No total line for an evaluation that failed or whose checkpoint went.
+        shown.close(finished=shard is not None)
+    if distributed.size() > 1 and distributed.is_main():  # It waits for the slowest rank.
+        logging.info('gathering the detections of the %d ranks', distributed.size())
     if any(lost for lost in distributed.allgather_numpy(shard is None)):
         logging.warning('%s was removed before evaluation (the training job keeps only '
                         '--keep_checkpoint_max checkpoints); moving on',
@@ -148,13 +162,72 @@ def evaluate_checkpoint(run, checkpoint, predict=predict_shard):
     if distributed.is_main():
         metric = _metric(run)
         metric.update_state(image_ids, detections, groundtruth)
-        metrics = metric.evaluate()
+        metrics = _score(run, metric, len(detections), len(image_ids))
         if metrics:
             _report(run, checkpoint, step, metrics, len(image_ids))
             eval_analysis.analyse_safely(run, metric.scored, step)
         else:
             logging.info('test-dev detections written to %s', run.options.testdev_dir)
     return distributed.broadcast_object(metrics)
+
+
+def _score(run, metric, num_detections, num_images):
+    """metric.evaluate(), said before (COCO's scoring of 5,000 images takes a while)."""
+    if not run.options.testdev_dir:
+        logging.info('scoring %d detections of %d images (%s)', num_detections, num_images,
+                     metric.evaluator)
+    start = time.time()
+    metrics = metric.evaluate()
+    if metrics:
+        logging.info('scored in %.1f s', time.time() - start)
+    return metrics
+
+
+def _records_read(path, skip):
+    """Records of one shard the input reads: those framed intact, up to a break the skip
+    list records, less the records it leaves out."""
+    count = len(tfrecord_framing.scan_framing(path).offsets)
+    if skip is not None:
+        count = min(count, skip.readable.get(path, count))
+        count -= sum(1 for index in skip.bad.get(path, ()) if index < count)
+    return count
+
+
+def eval_image_counts(file_pattern, eval_samples, skip, ranks, rank):
+    """(images rank `rank` of `ranks` evaluates, images all ranks evaluate), split as
+    dataloader.InputReader splits an evaluation: every ranks-th record with --eval_samples or
+    fewer files than ranks, else whole files. Counted from the shards' record headers (12
+    bytes a record; no image is read); (None, None) for files on remote storage (a read per
+    record over the network) or none that can be read (the input then says why)."""
+    if not file_pattern or '://' in file_pattern:
+        return None, None
+    try:
+        counts = [_records_read(path, skip)
+                  for path in tfrecord_framing.list_shards(file_pattern)]
+    except (OSError, tf.errors.OpError):
+        return None, None
+    if not counts:
+        return None, None
+    job = sum(counts)
+    if eval_samples or len(counts) < ranks:
+        job = min(job, eval_samples) if eval_samples else job
+        return len(range(rank, job, ranks)), job
+    return sum(counts[rank::ranks]), job
+
+
+def _progress(run, checkpoint):
+    """Rank 0's progress line of an evaluation of `checkpoint` (core/progress.py): its
+    images, said to be its share under several ranks; plain lines go to the log."""
+    if not distributed.is_main():
+        return progress.Progress('', enabled=False)
+    ranks, options = distributed.size(), run.options
+    mine, job = eval_image_counts(options.validation_file_pattern, options.eval_samples,
+                                  run.eval_skip, ranks, 0)
+    note = None
+    if ranks > 1:
+        note = "rank 0's share of %d" % job if job is not None else "rank 0's share"
+    return progress.Progress('evaluating %s' % os.path.basename(checkpoint), total=mine,
+                             note=note, log=lambda line: logging.info('%s', line))
 
 
 def _report(run, checkpoint, step, metrics, num_images):

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_hpu.core import progress
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.checkpoints import checkpoints
@@ -45,7 +46,7 @@ class TrainLogHook(tf1.train.SessionRunHook):
         self._stop_step = stop_step or total_steps
         self._pause_steps = frozenset(pause_steps)
         self._write_files = write_files
-        self._logged_time = self._logged_step = None  # The rate is measured from here.
+        self._meter = progress.Meter(total_steps)  # Marked where the rate is measured from.
         self._paused_at = None  # The clock restarts at the next before_run.
 
     def begin(self):
@@ -60,7 +61,7 @@ class TrainLogHook(tf1.train.SessionRunHook):
 
     def before_run(self, run_context):
         if self._paused_at is not None:
-            self._logged_time, self._logged_step = time.time(), self._paused_at
+            self._meter.mark(self._paused_at, time.time())
             self._paused_at = None
         return tf1.train.SessionRunArgs([self._step, self._scalars])
 
@@ -68,8 +69,8 @@ class TrainLogHook(tf1.train.SessionRunHook):
         step, scalars = run_values.results
         step += 1  # The value fetched is from before this step's update.
         now = time.time()
-        if self._logged_time is None:
-            self._logged_time, self._logged_step = now, step
+        if self._meter.marked_time is None:
+            self._meter.mark(step, now)
             return
         if step in self._pause_steps:
             self._log(step, scalars, now)
@@ -80,18 +81,17 @@ class TrainLogHook(tf1.train.SessionRunHook):
         self._log(step, scalars, now)
 
     def _log(self, step, scalars, now):
-        steps_per_sec = (step - self._logged_step) / max(now - self._logged_time, 1e-9)
-        self._logged_time, self._logged_step = now, step
+        steps_per_sec, eta_sec = self._meter.rate(step, now), self._meter.eta(step, now)
+        self._meter.mark(step, now)
         record = dict(zip(det_model_fn.TRAIN_LOG_KEYS, (float(v) for v in scalars)))
         current, peak = train_log.host_memory_mb()
         record.update(event='train', step=int(step), time=now, total_steps=self._total_steps,
-                      images_per_sec=steps_per_sec * self._global_batch,
-                      eta_sec=(self._total_steps - step) / max(steps_per_sec, 1e-9),
+                      images_per_sec=steps_per_sec * self._global_batch, eta_sec=eta_sec,
                       host_memory_mb=current, peak_host_memory_mb=peak)
         logging.info('step %d/%d loss %.4f (cls %.4f box %.5f) lr %.5f %.2f images/s ETA %s',
                      step, self._total_steps, record['loss'], record['cls_loss'],
                      record['box_loss'], record['learning_rate'], record['images_per_sec'],
-                     train_log.format_seconds(record['eta_sec']))
+                     progress.format_seconds(record['eta_sec']))
         if self._write_files:
             train_log.append_json_log(self._model_dir, record)
             train_log.append_memory_csv(self._model_dir, step, current, peak,

@@ -90,7 +90,3 @@ def append_memory_csv(model_dir, step, current, peak, device_peak):
         f.write('%d,%.1f,%.1f,%.1f,%s\n' % (step, time.time(), current, peak,
                                             '' if device_peak is None else '%.1f' % device_peak))
 
-
-def format_seconds(seconds):
-    seconds = int(seconds)
-    return '%d:%02d:%02d' % (seconds // 3600, seconds % 3600 // 60, seconds % 60)

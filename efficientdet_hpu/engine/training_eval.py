@@ -88,9 +88,9 @@ class Evaluator:
                 return
             yield batch
 
-    def predict(self, run, checkpoint):
+    def predict(self, run, checkpoint, shown=None):
         """checkpoint_eval.predict_shard's result, from the kept graph."""
-        return checkpoint_eval.collect_shard(run, self.batches(checkpoint))
+        return checkpoint_eval.collect_shard(run, self.batches(checkpoint), shown)
 
 
 def blocker(run, evaluator):

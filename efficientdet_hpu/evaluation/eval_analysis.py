@@ -121,6 +121,8 @@ def analyse(run, scored, step):
     """Rank 0, after scoring: writes the inputs and the analysis, logs the short form.
     scored: coco_metric.EvaluationMetric.scored. Returns the seconds it took."""
     start = time.time()
+    logging.info('error analysis of %d detections of %d images', len(scored['results']),
+                 len(scored['image_ids']))
     options = run.options
     eval_dir = os.path.join(options.model_dir, 'eval')
     dataset = _with_sizes(scored['dataset'], options)

@@ -62,11 +62,12 @@ def _no_results(coco_gt):
 
 
 def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_LIMIT,
-             photos=None):
+             photos=None, say=None):
     """{'photos', 'annotations', 'detections', 'AP', 'AP50', 'recall_iou0.4'} of COCO result
     rows ({'file_name', 'category_id', 'bbox' [x, y, w, h], 'score'}) against the file.
     photos: the file names predicted (a photo without detections scores its boxes as missed);
-    default: those of the rows."""
+    default: those of the rows. say(line), when given, hears what is scored before the
+    scoring (whole orthophotos can take minutes)."""
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO(annotations_file)
     by_name = {os.path.basename(image['file_name']): image['id']
@@ -84,6 +85,9 @@ def evaluate(results, annotations_file, max_detections=None, dense_limit=DENSE_L
     if max_detections is None:  # All of them: the most any photo has (at least COCO's 100).
         per_photo = collections.Counter(row['image_id'] for row in rows)
         max_detections = max([100] + list(per_photo.values()))
+    if say is not None:
+        say('scoring %d detections of %d photo(s) against %s' % (
+            len(rows), len(image_ids), annotations_file))
     precision, recall = _scores(coco_gt, coco_dt, image_ids, max_detections, dense_limit)
     return {'photos': len(image_ids),
             'annotations': len(coco_gt.getAnnIds(imgIds=image_ids, iscrowd=False)),
@@ -119,6 +123,12 @@ def _scores(coco_gt, coco_dt, image_ids, max_detections, dense_limit):
     return precision[:-1], recall[-1]
 
 
-def evaluate_file(detections_json, annotations_file, max_detections=None, photos=None):
+def _print_line(line):
+    print(line, flush=True)
+
+
+def evaluate_file(detections_json, annotations_file, max_detections=None, photos=None,
+                  say=_print_line):
+    """evaluate() of a detections JSON file, saying what it scores (on stdout by default)."""
     with open(detections_json) as f:
-        return evaluate(json.load(f), annotations_file, max_detections, photos=photos)
+        return evaluate(json.load(f), annotations_file, max_detections, photos=photos, say=say)

@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import progress
 from efficientdet_hpu.data import image_codec
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.serving import visualize
@@ -111,6 +112,39 @@ def _annotate(pixels, outputs, names, min_score, path):
     visualize.save_image(image, path)
 
 
+class _TileProgress:
+    """A TiledPredictor's on_tiles: the progress of one photo's tiles, shown when the photo
+    takes 5 s or more (a whole orthophoto: thousands of tiles, minutes)."""
+
+    def __init__(self, file_name):
+        self.shown = progress.Progress('predicting %s' % file_name, unit='tiles',
+                                       stream=sys.stdout,
+                                       quiet_seconds=progress.MIN_LINE_SECONDS)
+
+    def __call__(self, count, total):
+        self.shown.meter.total = total  # Known from the first batch on.
+        self.shown.update(count)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error_type, error, traceback):
+        self.shown.close(finished=error_type is None)
+        return False
+
+
+def _predict_shown(predictor, pixels, repeat, file_name):
+    """_predict_timed, with a progress line of the photo's tiles when the predictor tiles."""
+    if repeat != 1 or not hasattr(predictor, 'on_tiles'):
+        return _predict_timed(predictor, pixels, repeat)
+    with _TileProgress(file_name) as tiles:
+        predictor.on_tiles = tiles
+        try:
+            return _predict_timed(predictor, pixels, repeat)
+        finally:
+            predictor.on_tiles = None
+
+
 def _report_latency(latencies):
     if len(latencies) < 2:
         return
@@ -127,26 +161,31 @@ def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=
     files = list_images(input_path)
     os.makedirs(output_dir, exist_ok=True)
     results, skipped, latencies = [], [], []
-    for position, path in enumerate(files, start=1):
-        file_name = os.path.basename(path)
-        try:
-            pixels = read_rgb(path, any_size)
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
-            print('skipped %s: cannot decode it (%s: %s)' % (path, type(error).__name__, error),
-                  file=sys.stderr)
-            skipped.append(path)
-            continue
-        outputs, timings = _predict_timed(predictor, pixels, repeat)
-        latencies.extend(timings)
-        rows = coco_rows(image_id_for(path, position), file_name, outputs, names)
-        results.extend(rows)
-        if processed_names is not None:
-            processed_names.append(file_name)
-        _annotate(pixels, outputs, names, min_score,
-                  os.path.join(output_dir, annotated_name(file_name)))
-        print('%s: %dx%d, %d detections (%d >= %.2f)' % (
-            file_name, pixels.shape[1], pixels.shape[0], len(rows),
-            sum(r['score'] >= min_score for r in rows), min_score))
+    # A folder's progress (core/progress.py) on stdout, among the per-image lines.
+    with progress.Progress('predicting', total=len(files), stream=sys.stdout,
+                           enabled=len(files) > 1) as shown:
+        for position, path in enumerate(files, start=1):
+            file_name = os.path.basename(path)
+            try:
+                pixels = read_rgb(path, any_size)
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+                shown.write('skipped %s: cannot decode it (%s: %s)' % (
+                    path, type(error).__name__, error), file=sys.stderr)
+                skipped.append(path)
+                shown.update()
+                continue
+            outputs, timings = _predict_shown(predictor, pixels, repeat, file_name)
+            latencies.extend(timings)
+            rows = coco_rows(image_id_for(path, position), file_name, outputs, names)
+            results.extend(rows)
+            if processed_names is not None:
+                processed_names.append(file_name)
+            _annotate(pixels, outputs, names, min_score,
+                      os.path.join(output_dir, annotated_name(file_name)))
+            shown.write('%s: %dx%d, %d detections (%d >= %.2f)' % (
+                file_name, pixels.shape[1], pixels.shape[0], len(rows),
+                sum(r['score'] >= min_score for r in rows), min_score))
+            shown.update()
     processed = len(files) - len(skipped)
     atomic_file.write_json_atomically(os.path.join(output_dir, RESULTS_FILE), results,
                                       indent=None)

@@ -19,7 +19,7 @@ from efficientdet_hpu.data import tiling
 from efficientdet_hpu.ops import host_postprocess
 
 
-def _tile_detections(predictor, pixels, windows, batch_size):
+def _tile_detections(predictor, pixels, windows, batch_size, on_tiles=None):
     """Photo-pixel boxes [K, 4], scores [K], classes [K] and tile index [K] of all tiles."""
     boxes, scores, classes, tiles = [], [], [], []
     for start in range(0, len(windows), batch_size):
@@ -32,6 +32,8 @@ def _tile_detections(predictor, pixels, windows, batch_size):
             scores.append(outputs['detection_scores'][offset][:count])
             classes.append(outputs['detection_classes'][offset][:count])
             tiles.append(np.full(count, start + offset))
+        if on_tiles is not None:
+            on_tiles(len(batch), len(windows))
     return (np.concatenate(boxes).reshape(-1, 4), np.concatenate(scores),
             np.concatenate(classes).astype(np.int64), np.concatenate(tiles))
 
@@ -83,7 +85,7 @@ def cross_tile_nms(boxes, scores, classes, tiles, tile_pairs, iou_thresh, max_de
 
 
 def predict_tiled(predictor, pixels, tile_size, overlap, batch_size=4, iou_thresh=0.5,
-                  max_detections=None):
+                  max_detections=None, on_tiles=None):
     """A predictor's outputs (batch of 1) for a whole photo, computed tile by tile.
 
     Args:
@@ -93,12 +95,14 @@ def predict_tiled(predictor, pixels, tile_size, overlap, batch_size=4, iou_thres
       pixels: uint8 [H, W, 3], the photo.
       max_detections: cap on the merged list (None: every detection that survives the merge;
         each tile already gives at most the model's own cap).
+      on_tiles: called as on_tiles(tiles just predicted, the photo's tiles) after each batch.
     Returns:
       the same keys for the photo: boxes in photo pixels, [1, K, ...].
     """
     height, width = pixels.shape[:2]
     windows = tiling.tile_windows(height, width, tile_size, overlap)
-    boxes, scores, classes, tiles = _tile_detections(predictor, pixels, windows, batch_size)
+    boxes, scores, classes, tiles = _tile_detections(predictor, pixels, windows, batch_size,
+                                                     on_tiles)
     kept = cross_tile_nms(boxes, scores, classes, tiles,
                           tiling.overlapping_pairs(height, width, tile_size, overlap),
                           iou_thresh, max_detections)
@@ -115,13 +119,15 @@ class TiledPredictor:
                  max_detections=None):
         tiling.axis_starts(tile_size, tile_size, overlap)  # Checks tile_size and overlap.
         self._predictor = predictor
+        self.on_tiles = None  # predict_tiled's, for a progress line of a large photo.
         self._settings = dict(tile_size=tile_size, overlap=overlap, batch_size=batch_size,
                               iou_thresh=iou_thresh, max_detections=max_detections)
 
     def predict(self, images):
         if len(images) != 1:
             raise ValueError('TiledPredictor takes one photo per call, got %d' % len(images))
-        return predict_tiled(self._predictor, images[0], **self._settings)
+        return predict_tiled(self._predictor, images[0], on_tiles=self.on_tiles,
+                             **self._settings)
 
     def close(self):
         self._predictor.close()

@@ -2,11 +2,13 @@
 evaluate_checkpoint's metrics (pycocotools on the tiny model's detections, equal to a direct
 coco_metric computation and to the AP worked out by hand) and what it writes (metrics JSON,
 summaries, the JSON log line, model_dir/best), keep_best, evaluate_latest and
-evaluate_continuously (stops at the final step; no checkpoint)."""
+evaluate_continuously (stops at the final step; no checkpoint); the progress of an evaluation
+in both forms and the image counts it is measured against, against the input's own split."""
 import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import time
 
@@ -14,10 +16,13 @@ import pytest
 import tensorflow as tf
 
 import tiny_engine
+from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.evaluation import coco_metric
+from efficientdet_hpu.engine import bad_records
 from efficientdet_hpu.engine import checkpoint_eval as evaluation
 from efficientdet_hpu.engine import loops
 from efficientdet_hpu.engine import train_log as run_log
+from tfrecord_fixtures import random_specs, write_shards
 from tiny_engine import TinyModel, engine_options, logged_steps
 
 tf1 = tf.compat.v1
@@ -142,3 +147,84 @@ def test_without_a_checkpoint_evaluate_latest_warns_and_the_evaluator_times_out(
     assert not os.path.exists(os.path.join(model_dir, 'eval'))
     assert logged_steps(model_dir, 'eval') == []
 
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize('terminal', [False, True])
+def test_an_evaluation_shows_its_progress_and_says_what_it_scores(trained, val_pattern, tmp_path,
+                                                                   monkeypatch, terminal):
+    """Plain: lines in the log, the last with the time taken (five images in three batches
+    take less than the five seconds before another line, unless the first batch does); on
+    a terminal (stderr): a line drawn in place from the first batch on (again after any log
+    record), ended by that last line. Then the scoring is announced."""
+    model_dir = _copy(trained, tmp_path)
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr('sys.stderr', stderr)  # Where absl's handler writes the log too.
+    options = engine_options(model_dir, val_pattern, mode='eval', num_epochs=2)
+    with tiny_engine.log_lines() as logged, contextlib.redirect_stdout(io.StringIO()):
+        with tiny_engine.tiny_run(options, TinyModel()) as run:
+            evaluation.evaluate_checkpoint(run, os.path.join(model_dir, 'model.ckpt-2'))
+    shown = [line for line in logged if line.startswith('evaluating model.ckpt-2:')]
+    last = (r'evaluating model\.ckpt-2: 5/5 images \(100%\) in 0:00:\d\d'
+            r'( \(start-up 0:00:\d\d\))?, [\d.]+ images/s')
+    if terminal:
+        draws = [part for part in stderr.getvalue().split('\r')
+                 if part.startswith('evaluating model.ckpt-2:')]
+        assert not shown and draws[0] == 'evaluating model.ckpt-2: 2/5 images (40%)\x1b[K'
+        for draw in draws[1:-1]:  # Batches of 2, 2 and 1.
+            assert re.fullmatch(r'evaluating model\.ckpt-2: [45]/5 images \((80|100)%\), '
+                                r'[\d.]+ images/s, ETA 0:00:0\d\x1b\[K', draw), draw
+        assert re.match(last + r'\x1b\[K\n', draws[-1]), draws[-1]  # The log goes on below.
+    else:
+        assert '\r' not in stderr.getvalue()
+        assert re.fullmatch(last, shown[-1]), shown
+        for line in shown[:-1]:  # On a busy machine the first batch may take 5 s or more.
+            assert re.fullmatch(r'evaluating model\.ckpt-2: [24]/5 images \((40|80)%\)'
+                                r'(, [\d.]+ images/s, ETA 0:00:\d\d)?', line), line
+    # 7 boxes in VAL_SPECS: the tiny model detects each once.
+    scoring = 'scoring 7 detections of 5 images (%s)' % coco_metric.DEFAULT_EVALUATOR
+    scored = [index for index, line in enumerate(logged) if line.startswith('scored in ')]
+    assert scoring in logged and scored == [logged.index(scoring) + 1], logged
+
+
+def _images_read(pattern, eval_samples, skip, ranks, rank):
+    """The records the evaluation input of rank `rank` of `ranks` reads: the input's own
+    split (InputReader._records, before decoding, which these counts need not wait for)."""
+    reader = dataloader.InputReader(pattern, is_training=False, num_shards=ranks,
+                                    shard_index=rank, max_examples=eval_samples or None,
+                                    skip=skip)
+    records = reader._records(ranks, rank, 0, None)  # pylint: disable=protected-access
+    return sum(1 for _ in records.as_numpy_iterator())
+
+
+@pytest.fixture(scope='module')
+def three_shards(tmp_path_factory):
+    """7 images of 64x64 in shards of 3, 2 and 2."""
+    return write_shards(tmp_path_factory.mktemp('three'), random_specs(7, 64, 64, seed=3),
+                        num_files=3, prefix='val')
+
+
+@pytest.mark.parametrize('ranks,eval_samples,skipped', [
+    (1, 0, False), (2, 0, False), (3, 0, False),  # Whole files per rank.
+    (4, 0, False),  # More ranks than files: every 4th record.
+    (2, 5, False),  # --eval_samples: the first 5, every 2nd record.
+    (2, 0, True), (2, 6, True)])  # --skip_bad_records: two records left out.
+def test_image_counts_are_what_each_rank_reads(three_shards, ranks, eval_samples, skipped):
+    files = dataloader.list_record_files(three_shards)
+    skip = bad_records.SkipList({files[0]: [1], files[2]: [0]}, {}) if skipped else None
+    shares = [evaluation.eval_image_counts(three_shards, eval_samples, skip, ranks, rank)
+              for rank in range(ranks)]
+    read = [_images_read(three_shards, eval_samples, skip, ranks, rank)
+            for rank in range(ranks)]
+    assert [mine for mine, _ in shares] == read
+    assert {job for _, job in shares} == {sum(read)}
+
+
+def test_image_counts_are_unknown_for_remote_or_missing_files():
+    assert evaluation.eval_image_counts('gs://bucket/val-*.tfrecord', 0, None, 1, 0) == (
+        None, None)
+    assert evaluation.eval_image_counts('', 0, None, 1, 0) == (None, None)

@@ -2,10 +2,12 @@
 train_and_eval evaluates inside one train() call with graphs built once (1 training + 1
 evaluation graph for 3 evaluations, against 3 + 3 epoch by epoch, as before) and the same metrics; the
 epoch-by-epoch path when a run cannot evaluate inside the session (said in one line); a stop
-signal during an evaluation, and one during the step that ends an epoch."""
+signal during an evaluation, and one during the step that ends an epoch; each evaluation's
+progress line on both paths."""
 import contextlib
 import io
 import os
+import re
 import signal
 
 import pytest
@@ -82,6 +84,21 @@ def test_both_paths_evaluate_the_same_checkpoints_to_the_same_metrics(both_paths
         assert metrics['AP'] == tiny_engine.hand_ap(tiny_engine.ema_shift(checkpoints[0]))
     assert (tiny_engine.best_record(in_session['model_dir'])
             == tiny_engine.best_record(by_epoch['model_dir']))
+
+
+def test_each_evaluation_shows_its_progress_on_both_paths(both_paths):
+    """The kept evaluation graph and Estimator.predict count the same images: each
+    evaluation's last progress line (the log is not a terminal here), then its scoring."""
+    for run in both_paths.values():
+        shown = [line for line in run['logged']  # The last line of each evaluation.
+                 if re.match(r'evaluating model\.ckpt-\d+: 5/5 images \(100%\) in ', line)]
+        assert [line.split(':')[0] for line in shown] == [
+            'evaluating model.ckpt-%d' % step for step in EPOCH_ENDS]
+        for line in shown:
+            assert re.fullmatch(r'evaluating model\.ckpt-\d: 5/5 images \(100%\) in 0:00:\d\d'
+                                r'( \(start-up 0:00:\d\d\))?, [\d.]+ images/s', line), line
+        assert len([line for line in run['logged']
+                    if line.startswith('scoring 7 detections of 5 images')]) == 3
 
 
 def test_a_signal_during_an_evaluation_stops_at_its_step_and_the_rerun_goes_on(val_pattern,

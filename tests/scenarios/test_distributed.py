@@ -75,4 +75,12 @@ def test_distributed_eval_equals_single_process(distributed_run, tiny_dataset, t
     metrics = [json.load(open(os.path.join(d, 'eval', 'metrics-4.json')))['metrics']
                for d in (single, multi)]
     assert metrics[0] == metrics[1]
+    # Rank 0 shows its progress as its share (one validation file: every 2nd record of 8);
+    # rank 1 shows none. mpirun's pipe: plain lines.
+    shown = [line for line in two.stdout.splitlines() if 'evaluating model.ckpt-4: ' in line]
+    assert shown and all(line.startswith('[1,0]<') for line in shown), shown
+    assert re.search(r"evaluating model\.ckpt-4: 4/4 images \(100%; rank 0's share of 8\) in "
+                     r'0:\d\d:\d\d( \(start-up 0:\d\d:\d\d\))?, [\d.]+ images/s$', shown[-1])
+    assert 'gathering the detections of the 2 ranks' in two.stdout
+    assert re.search(r'evaluating model\.ckpt-4: 8/8 images \(100%\) in ', one.stdout)
     assert any(v not in (0, -1, None) for v in metrics[0].values()), metrics[0]

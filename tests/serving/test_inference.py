@@ -5,6 +5,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import textwrap
 
@@ -15,9 +16,12 @@ from PIL import Image
 
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import settings
+from efficientdet_hpu.core import progress
 from efficientdet_hpu.data import dataloader
+from efficientdet_hpu.data import tiling
 from efficientdet_hpu.ops import host_postprocess
 from efficientdet_hpu.serving import detector
+from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.serving import visualize
 from efficientdet_hpu.training import det_model_fn
@@ -204,6 +208,14 @@ def test_predict_directory_with_a_corrupt_file(exported, tiny_dataset, tmp_path)
     assert result.returncode == 0, result.stdout[-5000:]
     assert 'skipped %s' % os.path.join(images, 'broken.jpg') in result.stdout
     assert 'processed %d image(s), skipped 1' % len(good) in result.stdout
+    # The folder's progress (a pipe: plain lines), skipped files counted as done.
+    shown = [line for line in result.stdout.splitlines() if line.startswith('predicting: ')]
+    for line in shown[:-1]:  # Lines at tenths after 5 s, if predicting took that long.
+        assert re.fullmatch(r'predicting: \d/%d images \(\d+%%\)(, [\d.]+ images/s, ETA '
+                            r'0:\d\d:\d\d)?' % (len(good) + 1), line), line
+    assert re.fullmatch(r'predicting: %d/%d images \(100%%\) in 0:\d\d:\d\d'
+                        r'( \(start-up 0:\d\d:\d\d\))?, [\d.]+ images/s'
+                        % ((len(good) + 1,) * 2), shown[-1]), shown
     written = sorted(os.listdir(output_dir))
     assert written == sorted(['detections.json', 'wide.bmp.png'] +
                              [n for n in good if n != 'wide.bmp'])
@@ -272,6 +284,39 @@ def test_tiled_predict_cli_from_model_dir_scores_the_whole_photo(tiny_trained_ru
     assert 0 <= metrics['AP'] <= 1 and 0 <= metrics['recall_iou0.4'] <= 1
     rows = json.loads((output_dir / 'detections.json').read_text())
     assert max(r['bbox'][0] + r['bbox'][2] for r in rows) > 64  # Boxes beyond the first tile.
+    # Said before the scoring (the tiles' progress shows for a photo of 5 s or more: below).
+    assert 'scoring %d detections of 1 photo(s) against %s' % (
+        metrics['detections'], tiny_dataset['val_json']) in result.stdout
+
+
+def test_predict_shows_the_tiles_of_a_photo_that_takes_a_while(exported, tiny_dataset,
+                                                             tmp_path, monkeypatch, capsys):
+    """A photo of several tile batches that takes 5 s or more (here: any, by the threshold
+    set to 0) shows its tiles' progress, ended by a line with the time and the rate; quicker
+    photos stay silent (tests/core/test_progress.py)."""
+    monkeypatch.setattr(progress, 'MIN_LINE_SECONDS', 0.0)
+    with open(tiny_dataset['val_json']) as f:
+        photo = json.load(f)['images'][0]
+    path = os.path.join(tiny_dataset['root'], 'val', photo['file_name'])
+    predictor = tiled_predict.TiledPredictor(detector.SavedModelPredictor(exported),
+                                             tile_size=64, overlap=8, batch_size=3)
+    try:
+        assert predict.predict_files(predictor, {}, path, str(tmp_path / 'out')) == 0
+    finally:
+        predictor.close()
+    tiles = len(tiling.tile_windows(photo['height'], photo['width'], 64, 8))
+    assert tiles > 3  # Several batches.
+    lines = capsys.readouterr().out.splitlines()
+    shown = [line for line in lines if line.startswith('predicting %s: ' % photo['file_name'])]
+    name = re.escape(photo['file_name'])
+    for line in shown[:-1]:  # At each tenth (no wait between lines here).
+        assert re.fullmatch(r'predicting %s: \d+/%d tiles \(\d+%%\)(, [\d.]+ tiles/s, ETA '
+                            r'0:00:\d\d)?' % (name, tiles), line), line
+    assert re.fullmatch(r'predicting %s: %d/%d tiles \(100%%\) in 0:00:\d\d'
+                        r'( \(start-up 0:00:\d\d\))?, [\d.]+ tiles/s'
+                        % (name, tiles, tiles), shown[-1]), lines
+    assert lines[len(shown)].startswith('%s: %dx%d, ' % (photo['file_name'], photo['width'],
+                                                         photo['height']))
 
 
 def test_predict_from_model_dir_and_nothing_readable(tiny_trained_run, tmp_path):

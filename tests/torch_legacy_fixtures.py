@@ -51,23 +51,31 @@ def contiguous(storage, shape, offset=0):
 
 
 @contextlib.contextmanager
-def _stand_in_torch():
-    torch, utils = types.ModuleType('torch'), types.ModuleType('torch._utils')
-    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
-    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = 'torch._utils', '_rebuild_tensor_v2'
-    for name in STORAGE_NAMES.values():
-        setattr(torch, name, type(name, (), {'__module__': 'torch', '__qualname__': name}))
-    torch._utils = utils
-    saved = {name: sys.modules.get(name) for name in ('torch', 'torch._utils')}
-    sys.modules.update({'torch': torch, 'torch._utils': utils})
+def standing_in(modules):
+    """Puts {name: module} into sys.modules for the block, then what was there back."""
+    saved = {name: sys.modules.get(name) for name in modules}
+    sys.modules.update(modules)
     try:
-        yield torch
+        yield
     finally:
         for name, module in saved.items():
             if module is None:
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
+
+
+@contextlib.contextmanager
+def _stand_in_torch():
+    """Module objects named torch and torch._utils with what torch.save pickles by name."""
+    torch, utils = types.ModuleType('torch'), types.ModuleType('torch._utils')
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = 'torch._utils', '_rebuild_tensor_v2'
+    for name in STORAGE_NAMES.values():
+        setattr(torch, name, type(name, (), {'__module__': 'torch', '__qualname__': name}))
+    torch._utils = utils
+    with standing_in({'torch': torch, 'torch._utils': utils}):
+        yield torch
 
 
 class _Pickler(pickle.Pickler):

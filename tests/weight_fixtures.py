@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import os
-import sys
 import types
 import zipfile
 
@@ -34,20 +33,12 @@ def write_legacy_lite(path, count=12):
 
 @contextlib.contextmanager
 def _stand_in_ultralytics():
-    names = ('ultralytics', 'ultralytics.nn', 'ultralytics.nn.tasks')
-    saved = {name: sys.modules.get(name) for name in names}
     tasks = types.ModuleType('ultralytics.nn.tasks')
     tasks.DetectionModel = type('DetectionModel', (), {'__module__': 'ultralytics.nn.tasks'})
-    sys.modules.update({names[0]: types.ModuleType(names[0]),
-                        names[1]: types.ModuleType(names[1]), names[2]: tasks})
-    try:
+    with legacy.standing_in({'ultralytics': types.ModuleType('ultralytics'),
+                             'ultralytics.nn': types.ModuleType('ultralytics.nn'),
+                             'ultralytics.nn.tasks': tasks}):
         yield tasks
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def _zip(path, pickled, storages):

@@ -19,7 +19,6 @@ plan reads on this CPU) with the CPU, the date and the load average at the start
 import json
 import os
 import pprint
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,6 @@ from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError
 from efficientdet_hpu.benchmarks import train_eval_bench
 from efficientdet_hpu.core import atomic_file
-from efficientdet_hpu.core import processes
 
 # (model, input sizes): the plan's sizes for Lite0 (finetune/plan.py SIZE_LADDER) and each
 # larger variant at its own size; the others are interpolated or scaled by multiply-adds.
@@ -48,18 +46,7 @@ MODULE_HEADER = ('"""The cost table shipped with the package (finetune/costs.py 
 
 def _timed(command, env, what):
     """Runs `command` from the repository root; returns (seconds, its output)."""
-    print('$ ' + ' '.join(command), flush=True)
-    start = time.monotonic()
-    try:
-        result = processes.run(command, report.STEP_SECONDS, cwd=report.REPO, env=env)
-    except subprocess.TimeoutExpired:
-        raise BenchError('%s did not end in %d s and was stopped: %s' % (
-            what, report.STEP_SECONDS, ' '.join(command))) from None
-    if result.returncode != 0:
-        raise BenchError('%s failed (exit %d): %s\n%s' % (what, result.returncode,
-                                                          ' '.join(command),
-                                                          result.stdout[-3000:]))
-    return time.monotonic() - start, result.stdout
+    return report.run_step(command, env, what)
 
 
 def _two_points(small, large, seconds_small, seconds_large):

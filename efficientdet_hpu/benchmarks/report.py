@@ -2,8 +2,11 @@
 scripts (and the suite) parse, markdown tables for the reports, and the user-error class."""
 import json
 import os
+import subprocess
+import time
 
 from efficientdet_hpu.core import compat
+from efficientdet_hpu.core import processes
 from efficientdet_hpu.core.errors import UserError
 
 RESULT_PREFIX = 'BENCHMARK '
@@ -17,6 +20,24 @@ STEP_SECONDS = 3 * 3600
 
 class BenchError(UserError, ValueError):
     """A user mistake in the benchmark flags; the message names the fix."""
+
+
+def run_step(command, env=None, what=None):
+    """Runs one benchmark command (a list) from the repository root under STEP_SECONDS, its
+    line `$ command` printed first; returns (wall seconds, its output). A command that fails
+    or does not end: BenchError naming it (`what`, default the command) and its last output."""
+    text = ' '.join(command)
+    print('$ ' + text, flush=True)
+    start = time.monotonic()
+    try:
+        result = processes.run(command, STEP_SECONDS, cwd=REPO, env=env)
+    except subprocess.TimeoutExpired:
+        raise BenchError('%s did not end in %d s and was stopped: %s' % (
+            what or '`%s`' % text, STEP_SECONDS, text)) from None
+    if result.returncode != 0:
+        raise BenchError('%s failed (exit %d): %s\n%s' % (
+            what or '`%s`' % text, result.returncode, text, result.stdout[-3000:]))
+    return time.monotonic() - start, result.stdout
 
 
 def cpu_description(cpuinfo='/proc/cpuinfo'):

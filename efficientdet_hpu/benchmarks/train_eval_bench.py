@@ -9,10 +9,8 @@ engine/wall_time.py).
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError
@@ -77,17 +75,7 @@ def run_mode(mode, flags, env):
     """One main.py process of `mode`; its row: the wall_time record, the process's wall time
     (start to exit) and its command."""
     command = [sys.executable, 'main.py', '--mode=%s' % mode] + flags
-    print('$ ' + ' '.join(command), flush=True)
-    start = time.perf_counter()
-    try:
-        result = processes.run(command, report.STEP_SECONDS, cwd=report.REPO, env=env)
-    except subprocess.TimeoutExpired:
-        raise BenchError('`%s` did not end in %d s; it was stopped' % (
-            ' '.join(command), report.STEP_SECONDS)) from None
-    wall = time.perf_counter() - start
-    if result.returncode != 0:
-        raise BenchError('`%s` failed (exit %d):\n%s' % (' '.join(command), result.returncode,
-                                                           result.stdout[-3000:]))
+    wall, _ = report.run_step(command, env)
     model_dir = next(f.split('=', 1)[1] for f in flags if f.startswith('--model_dir='))
     return dict(_wall_time_record(model_dir), process_wall_sec=wall, command=' '.join(command))
 

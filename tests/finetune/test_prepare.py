@@ -175,13 +175,19 @@ def _add_photo(folder, name='p9.jpg', category=7):
         json.dump(coco, stream)
 
 
-def test_a_changed_folder_is_read_again_and_what_is_redone_is_said(tmp_path):
+def _planned(tmp_path):
+    """A COCO folder and an output_dir whose data stage ran and which holds a plan: (data,
+    layout, options)."""
     data = make_coco(str(tmp_path / 'coco'))
     out = str(tmp_path / 'out')
     _stage(out, data=data)
     layout = runner_lib.Layout(out)
     _fake_plan(layout)
-    options = prepare.Options(data=data, output_dir=out)
+    return data, layout, prepare.Options(data=data, output_dir=out)
+
+
+def test_a_changed_folder_is_read_again_and_what_is_redone_is_said(tmp_path):
+    data, layout, options = _planned(tmp_path)
     os.remove(os.path.join(data, 'p1.jpg'))
     coco = _json(os.path.join(data, 'instances.json'))
     with open(os.path.join(data, 'instances.json'), 'w') as stream:
@@ -202,12 +208,7 @@ def test_a_changed_folder_is_read_again_and_what_is_redone_is_said(tmp_path):
 
 
 def test_same_photos_and_boxes_keep_the_plan_and_a_trained_model(tmp_path):
-    data = make_coco(str(tmp_path / 'coco'))
-    out = str(tmp_path / 'out')
-    _stage(out, data=data)
-    layout = runner_lib.Layout(out)
-    _fake_plan(layout)
-    options = prepare.Options(data=data, output_dir=out)
+    data, layout, options = _planned(tmp_path)
     photo(os.path.join(data, 'p0.jpg'))  # Written again: another mtime, the same annotations.
     os.utime(os.path.join(data, 'p0.jpg'), ns=(1, 1))
     state = prepare.check_request(layout, options)
@@ -221,7 +222,7 @@ def test_same_photos_and_boxes_keep_the_plan_and_a_trained_model(tmp_path):
     _fake_plan(layout)
     _trained(layout)
     moved = shutil.copytree(data, str(tmp_path / 'moved'))
-    options = prepare.Options(data=moved, output_dir=out, max_minutes=1)
+    options = prepare.Options(data=moved, output_dir=layout.root, max_minutes=1)
     state = prepare.check_request(layout, options)
     assert state.same_data and state.note.endswith('model/ resumes with the records written '
                                                    'before')

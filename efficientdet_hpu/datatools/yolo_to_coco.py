@@ -172,8 +172,10 @@ def coco_box(cx: float, cy: float, w: float, h: float, width: int, height: int) 
     return [round(xmin, 3), round(ymin, 3), round(xmax - xmin, 3), round(ymax - ymin, 3)]
 
 
-def read_labels(path: str, num_classes: int, width: int, height: int) -> List[tuple]:
-    """[(category_id, COCO box)] of one label file; [] when it is absent or empty."""
+def read_labels(path: str, num_classes: int, width: int, height: int,
+                source: str = '') -> List[tuple]:
+    """[(category_id, COCO box, 'source:line')] of one label file (`source` the name to give
+    it, default its path); [] when it is absent or empty."""
     if not os.path.isfile(path):
         return []
     with open(path, encoding='utf-8', errors='replace') as stream:
@@ -182,7 +184,8 @@ def read_labels(path: str, num_classes: int, width: int, height: int) -> List[tu
     for number, line in enumerate(lines, start=1):
         if line.strip():
             label, (cx, cy, w, h) = parse_line(line, '%s:%d' % (path, number), num_classes)
-            boxes.append((label + 1, coco_box(cx, cy, w, h, width, height)))
+            boxes.append((label + 1, coco_box(cx, cy, w, h, width, height),
+                          '%s:%d' % (source or path, number)))
     return boxes
 
 
@@ -227,8 +230,9 @@ def coco_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] 
     for path, labels_file in zip(paths, labels):
         width, height = image_size(path)
         file_name = os.path.relpath(path, image_dir).replace(os.sep, '/')
-        entries.append((file_name, width, height,
-                        read_labels(labels_file, len(names), width, height)))
+        # The label file named as it sits in its labels/ tree: x.txt for images/x.jpg.
+        entries.append((file_name, width, height, read_labels(
+            labels_file, len(names), width, height, os.path.splitext(file_name)[0] + '.txt')))
     categories = [{'id': index + 1, 'name': name} for index, name in enumerate(names)]
     return voc_to_coco.coco_instances(entries, categories)
 

@@ -13,6 +13,8 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
     python bench.py coco_eval --images=5000 --detections=100
     python bench.py train_and_eval [--steps=50] [--evaluations=4] [--eval_images=16] \
         [--batch_sizes=8] [--model_name=efficientdet-lite0] [--image_size=320]
+    python bench.py review-planted [--data=easy|synthetic|DIR] [--photos=200] [--steps=N] \
+        [--folds=5] [--output_dir=runs/review-planted] [--quick]
 
 train: `main.py --benchmark` per batch size in a subprocess (benchmarks/train_bench.py):
 images/s per rank and global over the steps after warm-up, time per step, peak host memory.
@@ -22,6 +24,9 @@ coco_eval: pycocotools and faster-coco-eval on one generated COCO-size detection
 train_and_eval: the same short run as --mode=train_and_eval and as --mode=train, back to back
 in processes of their own; both wall times, their ratio, and where each one's time went
 (benchmarks/train_eval_bench.py).
+review-planted: errors planted in a clean set (5% of the boxes dropped, 5% swapped, 5% shifted
+to IoU 0.4-0.6), the label review on it and on the clean set, and per kind how many planted
+errors the review ranks in its first 2N rows (review/planted.py, docs/review.md).
 Every subcommand names the CPU first (model, cores, AVX2 / AVX-512).
 """
 import os
@@ -84,8 +89,20 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_integer('eval_images', 16, 'train_and_eval: generated validation images.',
                          lower_bound=1)
-    flags.DEFINE_bool('quick', False, 'suite: few steps (checks that the suite runs; not for '
-                      'numbers).')
+    flags.DEFINE_bool('quick', False, 'suite, review-planted: few steps (checks that it runs; '
+                      'not for numbers).')
+    flags.DEFINE_string('data', 'easy', 'review-planted: the clean set, easy, synthetic or a '
+                        'COCO folder.')
+    flags.DEFINE_integer('photos', 200, 'review-planted: photos of a generated set.',
+                         lower_bound=2)
+    flags.DEFINE_string('output_dir', 'runs/review-planted', 'review-planted: its sets and '
+                        'reviews.')
+    flags.DEFINE_integer('folds', 0, 'review-planted: the review\'s --folds.', lower_bound=0)
+    flags.DEFINE_string('weights', None, 'review-planted: the review\'s --weights.')
+    flags.DEFINE_float('max_minutes', 0, 'review-planted: the budget of each review.',
+                       lower_bound=0)
+    flags.DEFINE_float('share', 0.05, 'review-planted: the share of the boxes of each error.',
+                       lower_bound=0, upper_bound=0.3)
 
 
 def resolve_config():
@@ -235,8 +252,21 @@ def cmd_train_and_eval():
     emit(result, result['rows'], train_eval_bench.COLUMNS)
 
 
+def cmd_review_planted():
+    from efficientdet_hpu.review import planted  # pylint: disable=import-outside-toplevel
+    settings = planted.settings(
+        FLAGS.output_dir, FLAGS.quick, data=FLAGS.data, photos=FLAGS.photos, share=FLAGS.share,
+        folds=FLAGS.folds, steps=FLAGS.steps if FLAGS['steps'].present else 0,
+        model_name=FLAGS.model_name if FLAGS['model_name'].present else '',
+        weights=FLAGS.weights or '', hparams=FLAGS.hparams, max_minutes=FLAGS.max_minutes,
+        verbose=FLAGS.verbose)
+    record = planted.benchmark(settings)
+    emit(dict(record, bench='review-planted'), record['rows'], planted.COLUMNS)
+
+
 COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite,
-            'coco_eval': cmd_coco_eval, 'train_and_eval': cmd_train_and_eval}
+            'coco_eval': cmd_coco_eval, 'train_and_eval': cmd_train_and_eval,
+            'review-planted': cmd_review_planted}
 
 
 def main(argv):

@@ -45,9 +45,9 @@ def _photo(path, index):
     image.save(path)
 
 
-def make_coco(folder):
+def make_coco(folder, photos=PHOTOS):
     images, annotations = [], []
-    for i in range(PHOTOS):
+    for i in range(photos):
         _photo(os.path.join(folder, 'photo%d.jpg' % i), i)
         images.append({'id': 100 + i, 'file_name': 'photo%d.jpg' % i, 'width': SIZE[0],
                        'height': SIZE[1]})

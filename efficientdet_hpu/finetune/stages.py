@@ -203,21 +203,23 @@ def _finish(runner, plan, record, training, deadline):
     return summary
 
 
-def finetune(options, stream=None):
+def finetune(options, stream=None, after_plan=None):
     """Runs the fine-tune (or with dry_run only its first two stages, in a temporary folder);
-    returns the summary dict (None for a dry run). Raises UserError, StageFailed."""
+    returns the summary dict (None for a dry run). after_plan(runner, plan), if given, runs
+    once the plan is printed (the label review says what it adds). Raises UserError,
+    StageFailed."""
     root = (tempfile.mkdtemp(prefix='finetune-dry-run-') if options.dry_run
             else os.path.abspath(options.output_dir))
     runner = runner_lib.Runner(runner_lib.Layout(root), options.verbose,
                                **({'stream': stream} if stream else {}))
     try:
-        return _run(runner, options)
+        return _run(runner, options, after_plan)
     finally:
         if options.dry_run:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(runner, options):
+def _run(runner, options, after_plan=None):
     layout = runner.layout
     prepare.check_flags(layout, options)
     if os.path.exists(layout.summary_json):
@@ -231,6 +233,8 @@ def _run(runner, options):
     record = prepare.data_stage(runner, options)
     _stage(runner, 2, 'plan: the data doctor, then the plan')
     plan = prepare.plan_stage(runner, options)
+    if after_plan:
+        after_plan(runner, plan)
     if options.dry_run:
         runner.say('dry run: nothing written; the plan above is what the run would do')
         return None

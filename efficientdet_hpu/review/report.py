@@ -13,6 +13,7 @@ from efficientdet_hpu.review import page
 from efficientdet_hpu.review import predictions
 from efficientdet_hpu.review import scores as scores_lib
 
+WEAK_MODELS = 0.5  # Under this share of the labels found, the table says the scores are weak.
 KIND_WORDS = (('overlooked', 'overlooked objects'), ('swap', 'swapped classes'),
               ('badloc', 'bad locations'), ('image', 'photos'))
 
@@ -42,7 +43,7 @@ def photos_of(runner_layout, layout, review, record) -> list:
 
 def cleanlab_inputs(photos, detections, categories):
     """(labels, predictions, class_of {category id: class index}, the calibration's two
-    scores); photos get their 'classes'."""
+    scores, how many labels a detection matched); photos get their 'classes'."""
     class_of = {category_id: index
                 for index, category_id in enumerate(scores_lib.classes({'categories':
                                                                         categories}))}
@@ -55,7 +56,7 @@ def cleanlab_inputs(photos, detections, categories):
     probability, points = scores_lib.calibrated_scores(matched)
     found = [scores_lib.to_predictions(detections[photo['key']], class_of, probability)
              for photo in photos]
-    return labels, found, class_of, points
+    return labels, found, class_of, points, len(matched)
 
 
 def _confident(prediction):
@@ -74,7 +75,7 @@ def finish(runner, layout, review, record, threshold, trained) -> dict:
     started = time.monotonic()
     photos, categories = photos_of(runner.layout, layout, review, record)
     detections = predictions.by_photo(layout, review.folds)
-    labels, found, class_of, points = cleanlab_inputs(photos, detections, categories)
+    labels, found, class_of, points, matched = cleanlab_inputs(photos, detections, categories)
     results = scores_lib.score(labels, found)
     names = {index: next(c['name'] for c in categories if c['id'] == category_id)
              for category_id, index in class_of.items()}
@@ -107,6 +108,8 @@ def finish(runner, layout, review, record, threshold, trained) -> dict:
         'suspected': issues_lib.counts(issues), 'cards': cards,
         'calibration': {'score_at_0.5': points[0], 'score_at_0.95': points[1]},
         'validation': validation, 'minutes': round(runner.elapsed() / 60.0, 1),
+        'planned_minutes': round(review.total_seconds / 60.0, 1),
+        'matched_labels': matched,
         'scoring_seconds': round(time.monotonic() - started, 1),
         'issues_csv': layout.issues_csv, 'page': layout.page, 'coco_json': layout.coco_json,
         'fiftyone': fiftyone, 'fiftyone_line': app_line}
@@ -120,8 +123,12 @@ def suspected_line(summary) -> str:
 
 
 def table(summary) -> list:
+    found = summary['matched_labels'] / float(max(1, summary['labels']))
     rows = [('reviewed', '%d photos, %d labels, by %d fold models' % (
                 summary['photos'], summary['labels'], summary['folds'])),
+            ('fold models', 'find %.0f%% of the labels (same class, IoU >= 0.5)%s' % (
+                100 * found, '' if found >= WEAK_MODELS else ': too few for the scores to '
+                'mean much; train longer (--steps) or from better --weights')),
             ('suspected', '%s (cleanlab score <= %g)' % (suspected_line(summary),
                                                           summary['threshold']))]
     validation = summary.get('validation')
@@ -129,6 +136,8 @@ def table(summary) -> list:
         rows.append(('validation AP', '%.3f as labelled, %.3f with the suggestions taken: '
                      'the suspected labels could explain %.0f%% of the AP lost' % (
                          validation['AP'], validation['AP_fixed'], 100 * validation['share'])))
+    rows.append(('time', '%.1f min (planned %.1f)' % (summary['minutes'],
+                                                     summary['planned_minutes'])))
     rows += [('page', summary['page']), ('issues', summary['issues_csv']),
              ('labelling tools', summary['coco_json']),
              ('FiftyOne', summary['fiftyone_line'])]

@@ -166,7 +166,7 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
 def review(options, stream=None) -> dict:
     """Runs the review; returns its summary (None for a dry run). Raises UserError,
     runner.StageFailed."""
-    scores_lib.cleanlab_rank()  # A missing cleanlab is said before anything runs.
+    check_installed()  # A missing cleanlab is said before anything runs.
     runner = runner_lib.Runner(runner_lib.Layout(options.root), options.verbose,
                                **({'stream': stream} if stream else {}))
     layout = layout_lib.Layout(options.root)
@@ -192,6 +192,24 @@ def review(options, stream=None) -> dict:
     runner.say('review done in %.1f min (%s):' % (summary['minutes'], layout.summary_json))
     runner.say('\n'.join(report.table(summary)))
     return summary
+
+
+def check_installed():
+    """MissingCleanlab (one line naming the install command) when cleanlab is missing."""
+    scores_lib.cleanlab_rank()
+
+
+def finetune_estimate(runner, plan):
+    """What --review_labels adds to a fine-tune's plan: the review's plan lines and the time
+    with and without it (the fine-tune's model predicts fold 0)."""
+    layout = runner.layout
+    review_ = plan_lib.make(plan, _read(layout.train_json), _read(layout.val_json),
+                            plan_lib.Request(reuse_first=True))
+    runner.say('  --review_labels: the label review after the fine-tune (docs/review.md)')
+    runner.say('\n'.join(plan_file.lines(review_)))
+    runner.say('  time: about %s without --review_labels, about %s with it' % (
+        plan_file.minutes(plan.total_seconds),
+        plan_file.minutes(plan.total_seconds + review_.total_seconds)))
 
 
 def review_finetune(output_dir, verbose=False, threshold=None, stream=None) -> dict:

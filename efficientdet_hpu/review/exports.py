@@ -24,7 +24,8 @@ FIFTYONE_FILES_LINE = (
     'd = fo.Dataset.from_dir(dataset_dir=\'{dir}\', dataset_type=fo.types.COCODetectionDataset,'
     ' label_field=\'ground_truth\', include_id=True, name=\'{name}\', overwrite=True); '
     'fouc.add_coco_labels(d, \'predictions\', \'{dir}/predictions.json\', '
-    'json.load(open(\'{dir}/labels.json\'))[\'categories\'], coco_id_field=\'coco_id\'); '
+    'json.load(open(\'{dir}/labels.json\'))[\'categories\'], '
+    'coco_id_field=\'ground_truth_coco_id\'); '
     'fo.launch_app(d).wait()"')
 FIFTYONE_DATASET_LINE = ('python -c "import fiftyone as fo; '
                          'fo.launch_app(fo.load_dataset(\'{name}\')).wait()"')
@@ -49,7 +50,7 @@ def _suspected(issues):
     return by_label, overlooked, images
 
 
-def _label_review(row, found, names):
+def _label_review(row, found):
     review = {'swap': round(row['swap'], 4), 'badloc': round(row['badloc'], 4),
               'suspected': [issue.kind for issue in found]}
     for issue in found:
@@ -78,7 +79,7 @@ def review_coco(photos, results, issues, categories, category_of) -> dict:
                                'review': {'image': round(result['image'], 4),
                                           'suspected': image_issue is not None}})
         for label, (annotation, row) in enumerate(zip(photo['annotations'], result['labels'])):
-            review = _label_review(row, by_label.get((index, label), []), None)
+            review = _label_review(row, by_label.get((index, label), []))
             entry = dict(annotation, image_id=image_id, review=dict(
                 review, label_id=issues_lib.label_id(annotation)),
                 attributes=dict(annotation.get('attributes') or {}, **_attributes(review)))

@@ -1,6 +1,7 @@
 """Where the review keeps its files: under output_dir/review/ of a fine-tune's layout
 (finetune/runner.py), whose data/ (train.json, val.json, records/val-*) and plan it reuses.
 
+  review/request.json              the flags that decide the review (a rerun must match)
   review/plan.json                 the folds, the steps, the time
   review/records/fold-K-*          the converter's shards of fold K's photos (tiles)
   review/folds/fold-K/             photos.json (fold K's COCO), photos/ (links), train.yaml,
@@ -26,6 +27,7 @@ class Layout:
         return os.path.join(self.root, 'review', *parts)
 
     directory = property(lambda self: self.path())
+    request_json = property(lambda self: self.path('request.json'))
     plan_json = property(lambda self: self.path('plan.json'))
     records = property(lambda self: self.path('records'))
     predictions_json = property(lambda self: self.path('predictions.json'))

@@ -23,9 +23,9 @@ def _read(path):
         return json.load(stream)
 
 
-def photos_of(runner_layout, layout, review, record) -> list:
-    """Every reviewed photo, fold by fold: {'key' (source, id), 'file_name', 'width',
-    'height', 'image_dir', 'annotations' (cleanlab's labels), 'fold'}."""
+def photos_of(layout, review, record) -> tuple:
+    """(every reviewed photo, fold by fold: {'key' (source, id), 'file_name', 'width',
+    'height', 'image_dir', 'annotations' (cleanlab's labels), 'fold'}; the categories)."""
     photos = []
     for fold in review.folds:
         coco = _read(layout.fold(fold.index, 'photos.json'))
@@ -73,7 +73,7 @@ def _detection_rows(photos, detections):
 def finish(runner, layout, review, record, threshold, trained) -> dict:
     """Scores, files, summary.json; returns the summary."""
     started = time.monotonic()
-    photos, categories = photos_of(runner.layout, layout, review, record)
+    photos, categories = photos_of(layout, review, record)
     detections = predictions.by_photo(layout, review.folds)
     labels, found, class_of, points, matched = cleanlab_inputs(photos, detections, categories)
     results = scores_lib.score(labels, found)

@@ -97,6 +97,25 @@ def data_and_plan(runner, options):
     return record, prepare.plan_stage(runner, finetune), False
 
 
+def _asked(options) -> dict:
+    """What decides the review's folds and issues: a rerun must ask the same to resume."""
+    return {'folds': options.folds, 'steps': options.steps, 'threshold': options.threshold}
+
+
+def check_request(layout, options):
+    """Raises UserError when output_dir holds a review of other --folds, --steps or
+    --threshold (its folds would mix two plans)."""
+    if not os.path.exists(layout.request_json):
+        return
+    saved, wanted = _read(layout.request_json), _asked(options)
+    changed = sorted(key for key in wanted if saved.get(key) != wanted[key])
+    if changed:
+        raise UserError('%s holds a review of other flags (%s: was %s); rerun with the same '
+                        'flags to resume it, or give another output directory' % (
+                            layout.directory, ', '.join('--' + key for key in changed),
+                            ', '.join(repr(saved.get(key)) for key in changed)))
+
+
 def review_plan(runner, layout, plan, options, reuse_first):
     if os.path.exists(layout.plan_json):
         review = plan_lib.from_record(_read(layout.plan_json))
@@ -170,6 +189,7 @@ def review(options, stream=None) -> dict:
     runner = runner_lib.Runner(runner_lib.Layout(options.root), options.verbose,
                                **({'stream': stream} if stream else {}))
     layout = layout_lib.Layout(options.root)
+    check_request(layout, options)
     if os.path.exists(layout.summary_json):
         summary = _read(layout.summary_json)
         runner.say('review done earlier (%s):' % layout.summary_json)
@@ -181,6 +201,7 @@ def review(options, stream=None) -> dict:
     if options.dry_run:
         runner.say('dry run: the review\'s plan above is what it would do')
         return None
+    atomic_file.write_json_atomically(layout.request_json, _asked(options))
     atomic_file.write_json_atomically(layout.plan_json, plan_lib.to_record(review_))
     _stage(runner, 3, 'records: each fold\'s photos')
     records_stage(runner, layout, review_, plan, record)

@@ -4,10 +4,15 @@ fails to import, as a fresh environment without the `review` extra does), no fol
 --finetune_dir that holds no fine-tune. Each is one line, exit 2, nothing written; the fix
 for cleanlab is followed as far as a test can (the file it names pins cleanlab; with cleanlab
 importable the same command goes past the check)."""
+import json
 import os
+
+import pytest
 
 import review_cases
 from cli_runs import assert_one_line_error, run_python
+from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.review import layout, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,3 +57,16 @@ def test_the_folder_to_review_must_be_named_once(tmp_path):
     assert_one_line_error(result, '--finetune_dir=%s holds no fine-tune plan' % tmp_path,
                           'run efficientdet-finetune there first')
     assert os.listdir(tmp_path) == []
+
+
+def test_a_rerun_with_other_folds_is_refused_in_one_line(tmp_path):
+    where = layout.Layout(str(tmp_path))
+    os.makedirs(where.directory)
+    first = run.Options(data='x', output_dir=str(tmp_path), folds=3)
+    with open(where.request_json, 'w') as stream:
+        stream.write(json.dumps(run._asked(first)))  # pylint: disable=protected-access
+    run.check_request(where, first)  # The same flags resume.
+    run.check_request(where, run.Options(data='x', output_dir=str(tmp_path), folds=3,
+                                         verbose=True))
+    with pytest.raises(UserError, match=r'holds a review of other flags \(--folds: was 3\)'):
+        run.check_request(where, run.Options(data='x', output_dir=str(tmp_path), folds=4))

@@ -4,6 +4,7 @@ kind with its reason and score, and the screenshot shows the crops' green label 
 boxes. The page is the one review_cases.fake_review writes (the real last stage)."""
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ def browse(page, tmp_path, *args):
     """chromium on `page` with `args`; its output (the DOM for --dump-dom)."""
     result = run_process([chromium(), *CHROMIUM_FLAGS, '--user-data-dir=%s' % (
         tmp_path / 'profile'), *args, 'file://%s' % page], 120,
-        stderr=__import__('subprocess').DEVNULL)
+        stderr=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-2000:]
     return result.stdout
 

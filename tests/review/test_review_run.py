@@ -8,6 +8,7 @@ import os
 
 import pytest
 import tensorflow as tf
+import yaml
 from pycocotools.coco import COCO
 
 from cli_runs import run_python, TINY_HPARAMS
@@ -79,7 +80,7 @@ def test_no_fold_predicts_a_photo_its_model_trained_on(run):
     for fold in plan['folds']:
         directory = os.path.join(out, 'review', 'folds', 'fold-%d' % fold['index'])
         with open(os.path.join(directory, 'train.yaml')) as stream:
-            recipe = __import__('yaml').safe_load(stream)
+            recipe = yaml.safe_load(stream)
         assert recipe['mode'] == 'train' and 'validation_file_pattern' not in recipe
         trained_on = photos_in_records(recipe['training_file_pattern'])
         predicted = {row['file_name'] for row in _json(os.path.join(

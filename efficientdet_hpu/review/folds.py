@@ -3,9 +3,9 @@ it and seen by every other fold's model.
 
 Fold 0 is the fine-tune's validation (its --val_photos, --val_data, a data.yaml's val: or its
 split by file name), so a fine-tune's own model predicts it; folds 1..K-1 cut the training
-photos into contiguous runs of the fine-tune's order, the SHA-1 of each file name
-(finetune/inputs.py): the folds do not depend on the order of the files, and adding a photo
-moves no other one to another fold. Tiles never cross folds: a photo's tiles go where it goes.
+photos into contiguous runs of equal size in the fine-tune's order, the SHA-1 of each file name
+(finetune/inputs.py): the same photos make the same folds whatever the order of the files.
+Tiles never cross folds: a photo's tiles go where it goes.
 
 Plain Python over COCO dicts; the file names and ids come from data/train.json and
 data/val.json of the fine-tune's layout.

@@ -130,10 +130,10 @@ def _choose(plan, train, val, request, labels, wanted):
         if all(s >= min(MIN_STEPS, wanted) for s in trained) and (
                 factor >= KEEP_SHARE or count == candidates[-1]):
             why = ('asked with --folds' if request.folds else
-                   '%d: fold 0 is the fine-tune\'s validation, each model trains on the rest'
-                   % count if count == DEFAULT_FOLDS else
-                   '%d (fewer than %d: %s)' % (count, DEFAULT_FOLDS, 'the photos' if count ==
-                                               len(train['images']) + 1 else 'the budget'))
+                   'fold 0 is the fine-tune\'s validation, each model trains on the rest'
+                   if count == DEFAULT_FOLDS else
+                   'fewer than %d: %s' % (DEFAULT_FOLDS, 'one a training photo' if count ==
+                                          len(train['images']) + 1 else 'the budget'))
             return folds, steps, trains, own, why
         last = (folds, own)
     raise finetune_plan.PlanError(

@@ -28,6 +28,7 @@ from PIL import Image, ImageDraw
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.datatools import synthetic_coco
 from efficientdet_hpu.finetune import inputs
+from efficientdet_hpu.review import issues as issues_lib
 from efficientdet_hpu.review import run
 from efficientdet_hpu.review import scores as scores_lib
 
@@ -259,7 +260,7 @@ class Settings:
     weights: str = ''
     hparams: str = ''
     max_minutes: float = 0.0
-    threshold: float = 0.5
+    threshold: float = issues_lib.DEFAULT_THRESHOLD
     clean: bool = True
     verbose: bool = False
 

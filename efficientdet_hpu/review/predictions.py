@@ -6,7 +6,8 @@ the fine-tune runs them (finetune/runner.py: children under deadlines, logs in l
   training  fold K's model: main.py with the fine-tune's plan.yaml, its steps and its
             training records replaced by the review's (every fold's records but K's)
   predict   fold K's photos, whole, by fold K's model (inference.py predict, tiled where the
-            plan tiles), every detection down to the model's score threshold (0.001)
+            plan tiles, one soft-NMS over all classes), every detection down to the model's
+            score threshold (0.001)
 
 Fold 0 of a fine-tune that trained is predicted by the fine-tune's best checkpoint (its model
 never saw the validation photos). Each step is skipped on a rerun when what it writes is there.
@@ -28,6 +29,12 @@ from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import stages
 
 FOLD_KEEP_CHECKPOINTS = 1
+# One soft-NMS over all classes, as automl's serving path: each object keeps the model's best
+# class and the others there are decayed, as a softmax detector's probabilities at a box sum to
+# one. Per class, EfficientDet's sigmoid scores let a second class keep a high score on the
+# same object, which cleanlab reads as a confident prediction of another class: a swap on
+# every such label (measured on planted errors: docs/review.md).
+PREDICT_HPARAMS = 'nms_configs.max_output_size=%d,nms_configs.class_agnostic=true'
 # Children's deadlines, as the fine-tune's stages set them.
 TRAIN_GRACE_SECONDS = stages.GRACE_SECONDS
 
@@ -153,7 +160,7 @@ def predict(runner, layout, fold, model_dir, checkpoint, plan, max_detections):
         runner.command('predict-fold-%d' % fold.index, 'inference', [
             'predict', '--model_dir=' + model_dir, '--input=' + layout.fold(fold.index, 'photos'),
             '--output_dir=' + output,
-            '--hparams=nms_configs.max_output_size=%d' % max_detections]
+            '--hparams=' + PREDICT_HPARAMS % max_detections]
             + (['--checkpoint=' + checkpoint] if checkpoint else []) + tiles,
             max(900.0, 30.0 * photos))
     return _read(results)

@@ -228,9 +228,8 @@ def finetune_estimate(runner, plan):
                             plan_lib.Request(reuse_first=True))
     runner.say('  --review_labels: the label review after the fine-tune (docs/review.md)')
     runner.say('\n'.join(plan_file.lines(review_)))
-    runner.say('  time: about %s without --review_labels, about %s with it' % (
-        plan_file.minutes(plan.total_seconds),
-        plan_file.minutes(plan.total_seconds + review_.total_seconds)))
+    runner.say('  time: about %.0f min without --review_labels, about %.0f min with it' % (
+        plan.total_seconds / 60.0, (plan.total_seconds + review_.total_seconds) / 60.0))
 
 
 def review_finetune(output_dir, verbose=False, threshold=None, stream=None) -> dict:

@@ -60,7 +60,7 @@ def test_a_budget_scales_the_steps_then_takes_fewer_folds():
     # 900 - 2.5 - 180.33 - 20.4 - 135 = 561.77 s, int(561.77 x 10 / 8 / 3) = 234 steps.
     review = plan_lib.make(PLAN, TRAIN, VAL, plan_lib.Request(max_minutes=15))
     assert len(review.folds) == 3 and review.steps == (234, 234, 234)
-    assert '(fewer than 5: the budget)' in dict(review.reasons)['folds']
+    assert '3 by photo (fewer than 5: the budget)' in dict(review.reasons)['folds']
     assert '234 steps (of the fine-tune\'s 300: the budget)' in dict(review.reasons)['fold models']
 
 

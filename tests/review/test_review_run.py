@@ -105,6 +105,7 @@ def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(ru
     with open(os.path.join(out, 'logs', 'predict-fold-1.log')) as stream:
         command = stream.readline()
     assert '--tile_size=128' in command and 'nms_configs.max_output_size=' in command
+    assert 'nms_configs.class_agnostic=true' in command
     summary = _json(os.path.join(out, 'review', 'summary.json'))
     assert (summary['photos'], summary['labels'], summary['folds']) == (PHOTOS, 15, 3)
     with open(summary['issues_csv']) as stream:

@@ -43,9 +43,9 @@ def test_matched_scores_take_each_label_once_by_score_and_class():
 def test_the_calibration_puts_the_matched_scores_on_cleanlabs_scale():
     matched = np.linspace(0.05, 1.0, 20)  # 0.05, 0.10, ..., 1.0
     probability, (plausible, confident) = scores_lib.calibrated_scores(matched)
-    # 95% of the matched at or above the 5% quantile, 80% above the 20% quantile.
+    # 95% of the matched at or above the 5% quantile, 90% above the 10% quantile.
     assert plausible == pytest.approx(np.quantile(matched, 0.05))
-    assert confident == pytest.approx(np.quantile(matched, 0.2))
+    assert confident == pytest.approx(np.quantile(matched, 0.1))
     assert probability(plausible) == pytest.approx(0.5)
     assert probability(confident) == pytest.approx(0.95)
     assert probability(0.0) == 0.0 and probability(1.0) == 1.0

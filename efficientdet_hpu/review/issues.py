@@ -104,7 +104,7 @@ def csv_rows(issues, photos) -> list:
     for rank, issue in enumerate(issues, start=1):
         rows.append([rank, photos[issue.photo]['file_name'], issue.kind, issue.label_id,
                      issue.class_name, issue.suggested_class]
-                    + [_number(v) for v in issue.box] + ['%.4f' % issue.score,
+                    + [_number(v) for v in issue.box] + ['%.4g' % issue.score,
                     ' '.join(_number(v) for v in issue.suggested_box)
                     if issue.suggested_box else ''])
     return rows

@@ -110,7 +110,7 @@ def _card(position, rank, issue, photo, name, crops_name):
     """A card; its id is the kind and its place in the kind's section (1: the worst)."""
     label = ('label %s' % html.escape(issue.label_id)) if issue.label_id else ''
     return ('<figure class="card" id="%s-%d"><img src="%s/%s" alt="%s">'
-            '<figcaption><b>%s</b><br>score <span class="score">%.3f</span> &middot; rank %d'
+            '<figcaption><b>%s</b><br>score <span class="score">%.3g</span> &middot; rank %d'
             '<br>%s %s</figcaption></figure>' % (
                 issue.kind, position, crops_name, name, html.escape(reason(issue)),
                 html.escape(reason(issue)), issue.score, rank,

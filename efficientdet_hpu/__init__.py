@@ -21,9 +21,11 @@ before it (tests/project/test_layout.py checks it, and that no modules import in
   datatools   the converter, the record verifier, the data doctor, the synthetic data set
   benchmarks  training, inference and input benchmarks, profiles
   finetune    one-command fine-tuning: input detection and split, the plan, the stages run
+  review      the labels reviewed: K-fold out-of-sample predictions, cleanlab's scores, the
+              ranked issues, their page and the labelling tools' files
   launch      the launcher's library: hosts, MPI environment, placement, HCL config
   cli         the entry points (main, demo_efficientdet, inference, bench, model_inspect,
-              plot_curves, analyze, finetune)
+              plot_curves, analyze, finetune, review)
 
 Installed (`pip install .`), this package is the only top-level name; the checkout's root also
 keeps the names users of google/automl's and Habana's ports type (main.py, hparams_config.py,
@@ -38,7 +40,7 @@ import importlib
 
 LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'evaluation', 'backbone',
           'network', 'checkpoints', 'training', 'engine', 'serving', 'datatools', 'benchmarks',
-          'finetune', 'launch', 'cli')
+          'finetune', 'review', 'launch', 'cli')
 
 # name -> module defining it; imported when the name is first looked up.
 EXPORTS = {'Detector': 'efficientdet_hpu.serving.python_api',

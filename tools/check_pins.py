@@ -1,6 +1,7 @@
 """Checks against the package index that each pinned set resolves for the Pythons it serves.
 
-    python tools/check_pins.py [SET ...]      # sets: runtime, test, gpu, gaudi (default: all)
+    python tools/check_pins.py [SET ...]      # sets: runtime, test, gpu, gaudi, review,
+                                              # fiftyone (default: all)
 
 Each set is a list of requirement files (SETS below), resolved for CPython 3.10 and 3.11 (the
 Gaudi set for 3.10 only: Habana builds its bridge for 3.10) on manylinux x86_64 up to glibc 2.35
@@ -38,6 +39,11 @@ SETS = {
                                'requirements/export.txt', 'requirements/horovod.txt')),
     'gaudi': (('3.10',), ('requirements-hpu.txt', 'requirements/runtime.txt',
                           'requirements/export.txt', 'requirements/test.txt')),
+    # `pip install .[review]` on the CPU route: the label review's cleanlab beside TensorFlow.
+    'review': (('3.10', '3.11'), ('requirements/runtime.txt', 'requirements/cpu.txt',
+                                  'requirements/review.txt')),
+    'fiftyone': (('3.10', '3.11'), ('requirements/runtime.txt', 'requirements/cpu.txt',
+                                    'requirements/review.txt', 'requirements/fiftyone.txt')),
 }
 SOURCE_ONLY = frozenset({'horovod', 'habana-horovod', 'mpi4py'})
 PLATFORMS = ['manylinux2014_x86_64'] + ['manylinux_2_%d_x86_64' % minor

@@ -16,7 +16,8 @@
 #   cpu    otherwise: requirements.txt, Horovod built with MPI.
 # The OS pieces are checked first: the interpreter's venv/ensurepip and headers are named (which
 # package provides them depends on where that Python came from); a C++ compiler, cmake and
-# OpenMPI are installed with apt-get when run as root or with sudo, else named in one line.
+# OpenMPI (and chromium, for the tests' headless browser) are installed with apt-get when run
+# as root or with sudo, else named in one line.
 # A venv is trusted only when its Python runs and has pip; an incomplete one is made again.
 # --check-only: choose the interpreter and route, check the OS pieces, print what would be
 # installed; create and install nothing.
@@ -90,6 +91,8 @@ check_os_pieces() {
     command -v cmake >/dev/null 2>&1 || system+=(cmake)
     { command -v mpirun && command -v mpicc; } >/dev/null 2>&1 || system+=(openmpi-bin libopenmpi-dev)
   fi
+  # The test set opens the label review's page in a real headless browser (tests/review/).
+  command -v chromium >/dev/null 2>&1 || system+=(chromium)
   if [ "${#own[@]}" -gt 0 ]; then
     fail "$PY_BASE (Python $(py_version "$PY_BASE")) lacks what Debian/Ubuntu's ${own[*]} provide: apt-get install -y ${own[*]} ${system[*]} (a Python built by hand or by pyenv must be rebuilt with them), or choose another interpreter with PYTHON="
   fi

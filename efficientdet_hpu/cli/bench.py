@@ -15,6 +15,8 @@ r"""Benchmarks. Every subcommand prints a table and one line `BENCHMARK {json}`.
         [--batch_sizes=8] [--model_name=efficientdet-lite0] [--image_size=320]
     python bench.py finetune_costs [--output=PATH] [--quick]
     python bench.py finetune_suite [--sets=NAME,...] [--output=PATH] [--quick]
+    python bench.py review_planted [--data=easy|synthetic|DIR] [--photos=200] [--steps=N] \
+        [--folds=5] [--output_dir=runs/review_planted] [--quick]
 
 train: `main.py --benchmark` per batch size in a subprocess (benchmarks/train_bench.py):
 images/s per rank and global over the steps after warm-up, time per step, peak host memory.
@@ -28,6 +30,9 @@ finetune_costs: what each stage of efficientdet-finetune costs here (training im
 model and input size, start-up, evaluation, export), written as the table its plan reads
 (benchmarks/finetune_costs.py). finetune_suite: the one command against the best hand recipe
 on labelled sets that differ as users' data differ (benchmarks/finetune_suite.py).
+review_planted: errors planted in a clean set (5% of the boxes dropped, 5% swapped, 5% shifted
+to IoU 0.4-0.6), the label review on it and on the clean set, and per kind how many planted
+errors the review ranks in its first 2N rows (review/planted.py, docs/review.md).
 Every subcommand names the CPU first (model, cores, AVX2 / AVX-512).
 """
 import os
@@ -96,11 +101,24 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_integer('eval_images', 16, 'train_and_eval: generated validation images.',
                          lower_bound=1)
-    flags.DEFINE_bool('quick', False, 'suite, finetune_costs, finetune_suite: few steps and '
+    flags.DEFINE_bool('quick', False, 'suite, finetune_costs, finetune_suite, review_planted: '
+                      'few steps and '
                       'images (checks that the command runs; not for numbers).')
     flags.DEFINE_list('sets', [], 'finetune_suite: the sets to run (default: all).')
     flags.DEFINE_string('work_dir', None, 'finetune_suite: where its data and runs are kept and '
                         'reused (default runs/finetune-suite, -quick with --quick).')
+    flags.DEFINE_string('data', 'easy', 'review_planted: the clean set, easy, synthetic or a '
+                        'COCO folder.')
+    flags.DEFINE_integer('photos', 200, 'review_planted: photos of a generated set.',
+                         lower_bound=2)
+    flags.DEFINE_string('output_dir', 'runs/review_planted', 'review_planted: its sets and '
+                        'reviews.')
+    flags.DEFINE_integer('folds', 0, 'review_planted: the review\'s --folds.', lower_bound=0)
+    flags.DEFINE_string('weights', None, 'review_planted: the review\'s --weights.')
+    flags.DEFINE_float('max_minutes', 0, 'review_planted: the budget of each review.',
+                       lower_bound=0)
+    flags.DEFINE_float('share', 0.05, 'review_planted: the share of the boxes of each error.',
+                       lower_bound=0, upper_bound=0.3)
 
 
 def resolve_config():
@@ -264,11 +282,22 @@ def cmd_finetune_suite():
     result = finetune_suite.run(FLAGS.sets, quick=FLAGS.quick, output=FLAGS.output,
                                 work=FLAGS.work_dir)
     emit(result, result['rows'], finetune_suite.COLUMNS)
+def cmd_review_planted():
+    from efficientdet_hpu.review import planted  # pylint: disable=import-outside-toplevel
+    settings = planted.settings(
+        FLAGS.output_dir, FLAGS.quick, data=FLAGS.data, photos=FLAGS.photos, share=FLAGS.share,
+        folds=FLAGS.folds, steps=FLAGS.steps if FLAGS['steps'].present else 0,
+        model_name=FLAGS.model_name if FLAGS['model_name'].present else '',
+        weights=FLAGS.weights or '', hparams=FLAGS.hparams, max_minutes=FLAGS.max_minutes,
+        verbose=FLAGS.verbose)
+    record = planted.benchmark(settings)
+    emit(dict(record, bench='review_planted'), record['rows'], planted.COLUMNS)
 
 
 COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite': cmd_suite,
             'coco_eval': cmd_coco_eval, 'train_and_eval': cmd_train_and_eval,
-            'finetune_costs': cmd_finetune_costs, 'finetune_suite': cmd_finetune_suite}
+            'finetune_costs': cmd_finetune_costs, 'finetune_suite': cmd_finetune_suite,
+            'review_planted': cmd_review_planted}
 
 
 def main(argv):

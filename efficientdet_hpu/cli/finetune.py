@@ -2,14 +2,16 @@ r"""Fine-tune EfficientDet on a folder of your photos in one command:
 
     python finetune.py --data=photos/ --output_dir=runs/mine [--val_data=DIR]
         [--weights=efficientnet-lite0-57934424.pth] [--max_minutes=30] [--dry_run]
+        [--review_labels]
 
 --data holds COCO JSON + images, Pascal VOC XML + images, or YOLO images/ + labels/ with
 classes.txt / obj.names / data.yaml (finetune/inputs.py). The command prints a plan sized to
 the data, the machine and the time budget (finetune/plan.py), writes it as main.py's recipe
 (output_dir/plan.yaml), then converts, trains, evaluates the whole validation photos, analyses
 the errors and exports, each as the project's own command under a deadline
-(finetune/stages.py), and ends with a summary table (output_dir/summary.json). Rerunning the
-same command resumes. docs/finetune.md.
+(finetune/stages.py), and ends with a summary table (output_dir/summary.json); with
+--review_labels the label review follows (review/run.py, docs/review.md). Rerunning the same
+command resumes. docs/finetune.md.
 """
 import sys
 
@@ -22,6 +24,7 @@ from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner
 from efficientdet_hpu.finetune import stages
+from efficientdet_hpu.review import run as review_run
 
 FLAGS = flags.FLAGS
 PROGRAM = 'finetune'
@@ -56,6 +59,10 @@ def define_flags():
     flags.DEFINE_string('hparams', '', 'a=1,b.c=2 overrides on top of the plan: main.py\'s '
                         'hparams keys, and the run options %s.' % ', '.join(
                             plan_file.RUN_OPTION_OVERRIDES))
+    flags.DEFINE_bool('review_labels', False, 'Then review the labels (efficientdet-review): '
+                      'models trained without each fold predict it, cleanlab ranks the '
+                      'labels that are probably wrong; output_dir/review/. The plan says '
+                      'what it adds to the time.')
     flags.DEFINE_bool('dry_run', False, 'Print the plan and stop; nothing is written.')
     flags.DEFINE_bool('verbose', False, 'Every command\'s output, TensorFlow\'s log lines, and '
                       'tracebacks with errors.')
@@ -79,7 +86,12 @@ def main(argv):
         # SIGTERM, SIGINT, SIGHUP: the running command (main.py: at its step, with its
         # checkpoint) ends cleanly, then one line and 128+N (processes.stops_forwarded).
         with processes.stops_forwarded(PROGRAM, runner.STOP_GRACE_SECONDS):
-            stages.finetune(options_from_flags())
+            if FLAGS.review_labels:
+                review_run.check_installed()  # A missing cleanlab is said before anything runs.
+            summary = stages.finetune(options_from_flags(), after_plan=(
+                review_run.finetune_estimate if FLAGS.review_labels else None))
+            if FLAGS.review_labels and summary is not None:
+                review_run.review_finetune(FLAGS.output_dir, FLAGS.verbose)
     except processes.Stopped as stop:
         print(stop.line(PROGRAM), file=sys.stderr, flush=True)
         return stop.exit_status

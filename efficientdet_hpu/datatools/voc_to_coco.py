@@ -125,16 +125,20 @@ def check_image(voc: VocImage, image_dir: str) -> None:
 
 def coco_instances(images: Sequence[tuple], categories: Sequence[Dict]) -> Dict:
     """The COCO instances dict of images [(file_name, width, height, [(category_id, [x, y,
-    w, h]), ...])]: image ids 1..M and annotation ids 1..K in the given order."""
+    w, h][, source]), ...])]: image ids 1..M and annotation ids 1..K in the given order. A
+    box's `source` (its place in the input, 'a.xml:0', 'a.txt:3') is kept as the annotation's
+    'source', so a tool reading the COCO JSON can name the input's own label."""
     coco = {'images': [], 'annotations': [], 'categories': list(categories)}
     for image_id, (file_name, width, height, boxes) in enumerate(images, start=1):
         coco['images'].append({'id': image_id, 'file_name': file_name,
                                'width': width, 'height': height})
-        for category_id, box in boxes:
+        for category_id, box, *source in boxes:
             coco['annotations'].append({
                 'id': len(coco['annotations']) + 1, 'image_id': image_id,
                 'category_id': category_id, 'bbox': box,
                 'area': round(box[2] * box[3], 6), 'iscrowd': 0})
+            if source:
+                coco['annotations'][-1]['source'] = source[0]
     return coco
 
 
@@ -149,7 +153,9 @@ def coco_dataset(images: Sequence[VocImage], single_class: Optional[str] = None)
         categories = [{'id': i, 'name': name} for name, i in category_of.items()]
     return coco_instances(
         [(voc.file_name, voc.width, voc.height,
-          [(category_of[label], coco_box(*coords)) for label, *coords in voc.boxes])
+          [(category_of[label], coco_box(*coords),
+            '%s:%d' % (os.path.basename(voc.xml_path), index))
+           for index, (label, *coords) in enumerate(voc.boxes)])
          for voc in images], categories)
 
 

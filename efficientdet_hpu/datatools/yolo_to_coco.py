@@ -201,8 +201,10 @@ def coco_box(cx: float, cy: float, w: float, h: float, width: int, height: int) 
     return [round(xmin, 3), round(ymin, 3), round(xmax - xmin, 3), round(ymax - ymin, 3)]
 
 
-def read_labels(path: str, num_classes: int, width: int, height: int) -> List[tuple]:
-    """[(category_id, COCO box)] of one label file; [] when it is absent or empty."""
+def read_labels(path: str, num_classes: int, width: int, height: int,
+                source: str = '') -> List[tuple]:
+    """[(category_id, COCO box, 'source:line')] of one label file (`source` the name to give
+    it, default its path); [] when it is absent or empty."""
     if not os.path.isfile(path):
         return []
     with open(path, encoding='utf-8', errors='replace') as stream:
@@ -211,7 +213,8 @@ def read_labels(path: str, num_classes: int, width: int, height: int) -> List[tu
     for number, line in enumerate(lines, start=1):
         if line.strip():
             label, (cx, cy, w, h) = parse_line(line, '%s:%d' % (path, number), num_classes)
-            boxes.append((label + 1, coco_box(cx, cy, w, h, width, height)))
+            boxes.append((label + 1, coco_box(cx, cy, w, h, width, height),
+                          '%s:%d' % (source or path, number)))
     return boxes
 
 
@@ -310,7 +313,9 @@ def read_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] 
     for path, labels_file in zip(paths, labels):
         width, height = image_size(path)
         file_name = os.path.relpath(path, image_dir).replace(os.sep, '/')
-        boxes = read_labels(labels_file, len(names), width, height)
+        # The label file named as it sits in its labels/ tree: x.txt for images/x.jpg.
+        boxes = read_labels(labels_file, len(names), width, height,
+                            os.path.splitext(file_name)[0] + '.txt')
         if not boxes:
             if os.path.isfile(labels_file):
                 counts.empty_label_file += 1

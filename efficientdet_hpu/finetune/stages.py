@@ -252,15 +252,17 @@ def _finish(runner, plan, record, training, deadline):
     return summary
 
 
-def finetune(options, stream=None):
+def finetune(options, stream=None, after_plan=None):
     """Runs the fine-tune (or with dry_run only its first two stages, in a temporary folder);
-    returns the summary dict (None for a dry run). Raises UserError, StageFailed."""
+    returns the summary dict (None for a dry run). after_plan(runner, plan), if given, runs
+    once the plan is printed (the label review says what it adds). Raises UserError,
+    StageFailed."""
     root = (tempfile.mkdtemp(prefix='finetune-dry-run-') if options.dry_run
             else os.path.abspath(options.output_dir))
     runner = runner_lib.Runner(runner_lib.Layout(root), options.verbose,
                                **({'stream': stream} if stream else {}))
     try:
-        return _run(runner, options)
+        return _run(runner, options, after_plan)
     except processes.Stopped as stop:
         explain_stop(runner, stop, options.dry_run)
         raise
@@ -269,7 +271,7 @@ def finetune(options, stream=None):
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(runner, options):
+def _run(runner, options, after_plan=None):
     layout = runner.layout
     state = prepare.check_flags(layout, options)
     if os.path.exists(layout.summary_json):
@@ -283,6 +285,8 @@ def _run(runner, options):
     record = prepare.data_stage(runner, options, state)
     _stage(runner, 2, 'plan: the data doctor, then the plan')
     plan = prepare.plan_stage(runner, options, state)
+    if after_plan:
+        after_plan(runner, plan)
     if options.dry_run:
         runner.say('dry run: nothing written; the plan above is what the run would do')
         return None

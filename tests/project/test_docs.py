@@ -23,7 +23,7 @@ What is checked:
   - `python X.py`: X.py exists in the repository; `python -m a.b`: a/b.py or a/b/__main__.py
     exists, unless `a` is an installed tool that is not in the repository (`python -m pytest`);
   - for the entry points users type (main.py, demo_efficientdet.py, inference.py, bench.py,
-    model_inspect.py, finetune.py and the `dataset.*`, `training.*`, `benchmarks.*` tools): every
+    model_inspect.py, finetune.py, review.py and the `dataset.*`, `training.*`, `benchmarks.*` tools): every
     `--flag`, `--flag=value` or `--noflag` (a boolean) after the script is a flag the entry
     point defines, and a first bare word (`inference.py export`, `bench.py infer`) is one of
     its subcommands. The flags are what the entry point prints for `--helpfull` (absl; `--help`
@@ -77,7 +77,7 @@ DOC_FILES = sorted([ROOT / 'README.md', *(ROOT / 'docs').rglob('*.md'), ROOT / '
 COMMAND_LANGUAGES = {'', 'bash', 'sh', 'shell', 'console'}
 # Entry points whose flags are checked; each prints its flags for --helpfull and exits.
 FLAG_CHECKED_SCRIPTS = {'main.py', 'demo_efficientdet.py', 'inference.py', 'bench.py',
-                        'model_inspect.py', 'finetune.py'}
+                        'model_inspect.py', 'finetune.py', 'review.py'}
 FLAG_CHECKED_PACKAGES = {'dataset', 'training', 'benchmarks'}
 # The launcher reads its own flags and hands every other argument to main.py.
 FORWARDS_TO = {'demo_efficientdet.py': 'main.py'}

@@ -15,7 +15,7 @@ from cli_runs import run_process
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYENV_ROOT = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
 TOOLS = ('bash', 'sh', 'env', 'dirname', 'cat', 'cut', 'sha256sum', 'rm', 'id', 'tr', 'grep',
-         'mkdir', 'uname', 'c++', 'g++', 'gcc', 'cc', 'cmake', 'mpirun', 'mpicc')
+         'mkdir', 'uname', 'c++', 'g++', 'gcc', 'cc', 'cmake', 'mpirun', 'mpicc', 'chromium')
 CONTAINER = {'tensorflow-cpu': '2.15.0', 'habana-tensorflow': '1.14.0.493',
              'habana-horovod': '1.14.0.493'}
 

@@ -1,0 +1,210 @@
+"""The review's plan: how many folds, how many steps each fold's model trains, and what the
+review adds to the time. Pure (no TensorFlow, no files), like finetune/plan.py, whose plan
+each fold's model follows (model, image size, tiles, batch, schedule, anchors).
+
+Folds: DEFAULT_FOLDS, so that fold 0 is the fine-tune's 20% validation and every fold's
+model trains on about as many photos as the fine-tune's own. Steps: the fine-tune's. A
+budget (--max_minutes) that cannot hold them scales every fold's steps down by one factor; below
+half of them, fewer folds are tried (each trains once more on more photos), down to 2; a
+budget that cannot hold MIN_STEPS a fold is an error saying how long the review needs.
+"""
+import dataclasses
+import math
+from typing import Tuple
+
+from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import costs
+from efficientdet_hpu.finetune import plan as finetune_plan
+from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import stats
+from efficientdet_hpu.review import folds as folds_lib
+
+DEFAULT_FOLDS = 5  # 1 / 0.2: fold 0 is the fine-tune's validation share (VAL_FRACTION).
+MIN_FOLDS = 2
+MIN_STEPS = finetune_plan.MIN_BUDGET_STEPS
+KEEP_SHARE = 0.5  # Under this share of the fine-tune's steps, fewer folds are tried first.
+# cleanlab's scores (pure Python IoU loops, rank.py) and the page's crops: measured on the
+# synthetic set (docs/review.md), rounded up.
+SCORE_SECONDS = 20.0
+SCORE_SECONDS_PER_LABEL = 0.02
+MIN_MAX_DETECTIONS = 100  # inference.py's own cap; more when photos hold more boxes.
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """--folds (0: planned), --steps per fold (0: the fine-tune's), --max_minutes of the
+    review (0: none), and whether fold 0 is predicted by a fine-tune's trained model."""
+    folds: int = 0
+    steps: int = 0
+    max_minutes: float = 0.0
+    reuse_first: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewPlan:
+    """folds: the Folds; steps: each fold's training steps (0: the fine-tune's model, not
+    trained again); train_images: the images (tiles when tiled) each fold's model trains on;
+    max_detections: the prediction cap per image (per tile when tiled)."""
+    folds: Tuple[folds_lib.Fold, ...]
+    steps: Tuple[int, ...]
+    train_images: Tuple[int, ...]
+    max_detections: int
+    max_instances: int
+    seconds: Tuple[Tuple[str, float], ...]
+    reasons: Tuple[Tuple[str, str], ...]
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(seconds for _, seconds in self.seconds)
+
+
+def _images(coco, ids, plan):
+    """Photos of `ids`, or their tiles when the plan tiles."""
+    keep = set(ids)
+    photos = [photo for image, photo in zip(coco['images'], stats.photos_of(coco))
+              if image['id'] in keep]
+    return (stats.tile_count(photos, plan.tile_size, plan.tile_overlap) if plan.tile_size
+            else len(photos))
+
+
+def _fold_images(folds, train, val, plan):
+    """(images each fold predicts, images each fold's model trains on)."""
+    own = [_images(val if fold.source == 'val' else train, fold.image_ids, plan)
+           for fold in folds]
+    return own, [sum(own) - count for count in own]
+
+
+def training_seconds(plan, steps) -> float:
+    """A fold model's start-up and steps (0 steps: not trained, no time)."""
+    return costs.STARTUP_SECONDS + steps * plan.global_batch / plan.images_per_second if steps \
+        else 0.0
+
+
+def _seconds(plan, folds, steps, own, request, labels):
+    rate = plan.images_per_second
+    inference = rate * costs.INFERENCE_SPEEDUP
+    converted = sum(count for fold, count in zip(folds, own)
+                    if not (fold.index == 0 and request.reuse_first))
+    trained = [count for count in steps if count]
+    return (('records', converted / costs.CONVERT_IMAGES_PER_SECOND),
+            ('training', sum(training_seconds(plan, count) for count in trained)),
+            ('predictions', len(folds) * costs.PHOTO_EVAL_SECONDS + sum(own) / inference),
+            ('scores and page', SCORE_SECONDS + SCORE_SECONDS_PER_LABEL * labels))
+
+
+def _steps_within(plan, folds, own, request, labels, wanted):
+    """(steps of each fold, the factor of `wanted` they are) under the budget."""
+    fold_steps = [0 if fold.index == 0 and request.reuse_first else wanted for fold in folds]
+    if not request.max_minutes:
+        return fold_steps, 1.0
+    budget = request.max_minutes * 60.0
+    fixed = sum(s for part, s in _seconds(plan, folds, [0] * len(folds), own, request, labels))
+    trained = sum(1 for count in fold_steps if count)
+    spare = budget - fixed - trained * costs.STARTUP_SECONDS
+    fitting = int(spare * plan.images_per_second / plan.global_batch / max(1, trained))
+    factor = min(1.0, fitting / float(wanted))
+    return [min(count, fitting) for count in fold_steps], factor
+
+
+def _minimum_minutes(plan, folds, own, request, labels):
+    fixed = sum(s for _, s in _seconds(plan, folds, [MIN_STEPS] * len(folds), own, request,
+                                       labels))
+    return int(math.ceil(fixed / 60.0))
+
+
+def _choose(plan, train, val, request, labels, wanted):
+    """(folds, steps per fold, images each fold's model trains on, images each fold
+    predicts, why)."""
+    if request.folds:
+        candidates = [request.folds]
+    else:
+        top = min(DEFAULT_FOLDS, len(train['images']) + 1)
+        candidates = list(range(top, MIN_FOLDS - 1, -1)) or [MIN_FOLDS]
+    last = None
+    for count in candidates:
+        folds = folds_lib.assign(train, val, count)
+        own, trains = _fold_images(folds, train, val, plan)
+        steps, factor = _steps_within(plan, folds, own, request, labels, wanted)
+        trained = [s for fold, s in zip(folds, steps)
+                   if not (fold.index == 0 and request.reuse_first)]
+        if all(s >= min(MIN_STEPS, wanted) for s in trained) and (
+                factor >= KEEP_SHARE or count == candidates[-1]):
+            why = ('asked with --folds' if request.folds else
+                   'fold 0 is the fine-tune\'s validation, each model trains on the rest'
+                   if count == DEFAULT_FOLDS else
+                   'fewer than %d: %s' % (DEFAULT_FOLDS, 'one a training photo' if count ==
+                                          len(train['images']) + 1 else 'the budget'))
+            return folds, steps, trains, own, why
+        last = (folds, own)
+    raise finetune_plan.PlanError(
+        '--max_minutes=%g is too short for the review: %d folds of %d steps take about %d '
+        'min here; give at least that, or --folds=2' % (
+            request.max_minutes, len(last[0]), MIN_STEPS,
+            _minimum_minutes(plan, last[0], last[1], request, labels)))
+
+
+def make(plan, train, val, request) -> ReviewPlan:
+    """The review's plan for a fine-tune `plan` (finetune.plan.Plan) over its train and val
+    COCO dicts; raises PlanError (a budget too short) or UserError (too few photos)."""
+    if len(train['images']) + len(val['images']) < MIN_FOLDS:
+        raise UserError('the review needs at least %d labelled photos' % MIN_FOLDS)
+    labels = len(train['annotations']) + len(val['annotations'])
+    wanted = request.steps or plan.steps
+    folds, steps, trains, own, folds_why = _choose(plan, train, val, request, labels, wanted)
+    every = stats.photos_of(train) + stats.photos_of(val)
+    most = stats.most_boxes_per_image(every, plan.tile_size, plan.tile_overlap)
+    per_image = max(len(photo.boxes) for photo in every) if not plan.tile_size else most
+    seconds = _seconds(plan, folds, steps, own, request, labels)
+    review = ReviewPlan(folds, tuple(steps), tuple(trains),
+                        max(MIN_MAX_DETECTIONS, 3 * per_image), max(100, most), seconds, ())
+    return dataclasses.replace(review, reasons=_reasons(review, plan, request, folds_why,
+                                                        wanted))
+
+
+def _reasons(review, plan, request, folds_why, wanted):
+    unit = 'tiles' if plan.tile_size else 'images'
+    first = review.folds[0]
+    trained = [s for s in review.steps if s]
+    reasons = [
+        ('folds', '%d by photo (%s): fold 0 the %s of the validation%s; %s the training '
+                  'photos, %s' % (
+                      len(review.folds), folds_why, stats.count(len(first.image_ids), 'photo'),
+                      ', predicted by the fine-tune\'s own model' if request.reuse_first
+                      else '', 'fold 1' if len(review.folds) == 2 else
+                      'folds 1-%d' % (len(review.folds) - 1), ' + '.join(
+                          str(len(fold.image_ids)) for fold in review.folds[1:]))),
+        ('fold models', '%s, each the fine-tune\'s plan (%s, batch %d) for %s%s on the other '
+                        'folds\' %s %s' % (
+                            stats.count(len(trained), 'model'), plan.model_name,
+                            plan.global_batch, stats.count(max(trained or [0]), 'step'),
+                            '' if max(trained or [0]) >= wanted else
+                            ' (of the fine-tune\'s %d: the budget)' % wanted,
+                            '-'.join(str(n) for n in sorted({min(review.train_images),
+                                                             max(review.train_images)})),
+                            unit)),
+        ('predictions', 'each fold\'s photos whole%s by the model that never saw them, every '
+                        'detection down to score 0.001 (cleanlab scores the full '
+                        'distribution), up to %d per %s' % (
+                            ', in tiles of %d px' % plan.tile_size if plan.tile_size else '',
+                            review.max_detections, 'tile' if plan.tile_size else 'photo')),
+    ]
+    parts = ', '.join('%s %.1f' % (part, seconds / 60.0) for part, seconds in review.seconds)
+    reasons.append(('review time', 'the review adds about %s (%s min)%s' % (
+        plan_file.minutes(review.total_seconds), parts,
+        '; within --max_minutes=%g' % request.max_minutes if request.max_minutes else '')))
+    return tuple(reasons)
+
+
+def to_record(review) -> dict:
+    record = dataclasses.asdict(review)
+    record['folds'] = folds_lib.to_record(review.folds)
+    return record
+
+
+def from_record(record) -> ReviewPlan:
+    values = dict(record, folds=folds_lib.from_record(record['folds']))
+    for key in ('steps', 'train_images'):
+        values[key] = tuple(values[key])
+    for key in ('seconds', 'reasons'):
+        values[key] = tuple(tuple(item) for item in values[key])
+    return ReviewPlan(**values)

@@ -1,0 +1,239 @@
+"""The review from start to summary, each stage resumable from what output_dir holds:
+
+  [1/5] data      the fine-tune's data stage (finetune/prepare.py: read, check, split), or a
+                  fine-tune's data/ as it is (--finetune_dir)
+  [2/5] plan      the fine-tune's plan (the data doctor, plan.yaml) or a fine-tune's own, then
+                  the review's (review/plan.py): folds, steps, time
+  [3/5] records   each fold's photos converted once
+  [4/5] folds     each fold's model trained on the other folds, its photos predicted
+  [5/5] scores    cleanlab's scores, issues.csv, the page, the labelling tools' files; with a
+                  fine-tune's evaluation, the share of its validation AP the issues explain
+then review/summary.json and the table. `review_finetune` is what the fine-tune calls with
+--review_labels: the same review of its output_dir, its trained model reused for fold 0.
+"""
+import dataclasses
+import json
+import os
+import time
+
+from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import runner as runner_lib
+from efficientdet_hpu.finetune import stages
+from efficientdet_hpu.review import issues as issues_lib
+from efficientdet_hpu.review import layout as layout_lib
+from efficientdet_hpu.review import plan as plan_lib
+from efficientdet_hpu.review import predictions
+from efficientdet_hpu.review import report
+from efficientdet_hpu.review import scores as scores_lib
+
+STAGES = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The command line of efficientdet-review (cli/review.py). finetune_dir: a fine-tune's
+    output_dir whose data, plan and model the review reuses (and writes into)."""
+    data: str = ''
+    output_dir: str = ''
+    finetune_dir: str = ''
+    single_class: str = ''
+    weights: str = ''
+    model_name: str = ''
+    images_per_second: float = 0.0
+    hparams: str = ''
+    folds: int = 0
+    steps: int = 0
+    max_minutes: float = 0.0
+    threshold: float = issues_lib.DEFAULT_THRESHOLD
+    dry_run: bool = False
+    verbose: bool = False
+
+    @property
+    def root(self) -> str:
+        return os.path.abspath(self.finetune_dir or self.output_dir)
+
+    def finetune_options(self) -> prepare.Options:
+        """The fine-tune's data and plan stages as this review asks them (no budget: the
+        review sizes its folds to its own)."""
+        return prepare.Options(data=self.data, output_dir=self.root,
+                               single_class=self.single_class, weights=self.weights,
+                               model_name=self.model_name,
+                               images_per_second=self.images_per_second, hparams=self.hparams,
+                               dry_run=self.dry_run, verbose=self.verbose)
+
+
+def _stage(runner, number, name):
+    runner.say('[%d/%d] %s' % (number, STAGES, name))
+
+
+def _read(path):
+    with open(path) as stream:
+        return json.load(stream)
+
+
+def data_and_plan(runner, options):
+    """(the fine-tune's inputs record, its Plan, whether its model trained)."""
+    layout = runner.layout
+    if options.finetune_dir:
+        if not os.path.exists(layout.plan_json) or not os.path.exists(layout.inputs_json):
+            raise UserError('--finetune_dir=%s holds no fine-tune plan (plan.json, '
+                            'data/inputs.json); run efficientdet-finetune there first, or give '
+                            '--data=DIR --output_dir=DIR' % options.finetune_dir)
+        _stage(runner, 1, 'data: the fine-tune\'s (%s)' % layout.data)
+        record = _read(layout.inputs_json)
+        runner.say('  %s\n  %s' % (record['line'], record['split']))
+        _stage(runner, 2, 'plan: the fine-tune\'s, then the review\'s')
+        plan = prepare.plan_from_record(_read(layout.plan_json))
+        runner.say('\n'.join(plan_file.lines(plan)))
+        return record, plan, os.path.exists(layout.training_json)
+    finetune = options.finetune_options()
+    prepare.check_flags(layout, finetune)
+    _stage(runner, 1, 'data: %s' % options.data)
+    record = prepare.data_stage(runner, finetune)
+    _stage(runner, 2, 'plan: the data doctor, the fine-tune\'s plan, then the review\'s')
+    return record, prepare.plan_stage(runner, finetune), False
+
+
+def _asked(options) -> dict:
+    """What decides the review's folds and issues: a rerun must ask the same to resume."""
+    return {'folds': options.folds, 'steps': options.steps, 'threshold': options.threshold}
+
+
+def check_request(layout, options):
+    """Raises UserError when output_dir holds a review of other --folds, --steps or
+    --threshold (its folds would mix two plans)."""
+    if not os.path.exists(layout.request_json):
+        return
+    saved, wanted = _read(layout.request_json), _asked(options)
+    changed = sorted(key for key in wanted if saved.get(key) != wanted[key])
+    if changed:
+        raise UserError('%s holds a review of other flags (%s: was %s); rerun with the same '
+                        'flags to resume it, or give another output directory' % (
+                            layout.directory, ', '.join('--' + key for key in changed),
+                            ', '.join(repr(saved.get(key)) for key in changed)))
+
+
+def review_plan(runner, layout, plan, options, reuse_first):
+    if os.path.exists(layout.plan_json):
+        review = plan_lib.from_record(_read(layout.plan_json))
+        runner.say('  the review\'s plan of the first run (%s):' % layout.plan_json)
+    else:
+        train, val = _read(runner.layout.train_json), _read(runner.layout.val_json)
+        review = plan_lib.make(plan, train, val, plan_lib.Request(
+            options.folds, options.steps, options.max_minutes, reuse_first))
+    runner.say('\n'.join(plan_file.lines(review)))
+    return review
+
+
+def records_stage(runner, layout, review, plan, record):
+    train, val = _read(runner.layout.train_json), _read(runner.layout.val_json)
+    for fold in review.folds:
+        coco = predictions.fold_coco(fold, train, val)
+        image_dir = record['val_image_dir' if fold.source == 'val' else 'train_image_dir']
+        predictions.write_inputs(layout, fold, coco, image_dir)
+        prefix = predictions.records_prefix(layout, runner.layout, fold)
+        json_path = runner.layout.val_json if fold.index == 0 else layout.fold(
+            fold.index, 'photos.json')
+        summary = predictions.convert(runner, fold, prefix, json_path, image_dir, plan)
+        runner.say('  fold %d: %d photos, %d %s, %d boxes' % (
+            fold.index, len(fold.image_ids), summary['images_written'],
+            'tiles' if plan.tile_size else 'images', summary['boxes_written']))
+
+
+def _fold_stop(deadline, review, plan, index):
+    """When fold `index`'s training must stop so that the later folds, the predictions and
+    the scores still fit the budget (the plan sized the steps to it; this is the guard)."""
+    if deadline is None:
+        return None
+    later = sum(plan_lib.training_seconds(plan, steps)
+                for fold, steps in zip(review.folds, review.steps) if fold.index > index)
+    rest = sum(seconds for part, seconds in review.seconds
+               if part in ('predictions', 'scores and page'))
+    return deadline - later - rest
+
+
+def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
+    for fold, steps, images in zip(review.folds, review.steps, review.train_images):
+        if fold.index == 0 and trained_finetune:
+            checkpoint, step = stages.best_checkpoint(runner.layout.model_dir)
+            runner.say('  fold 0: the fine-tune\'s model (step %s)' % step)
+            model_dir = runner.layout.model_dir
+        else:
+            patterns = [predictions.records_prefix(layout, runner.layout, other) + '-*.tfrecord'
+                        for other in review.folds if other.index != fold.index]
+            recipe_path = layout.fold(fold.index, 'train.yaml')
+            model_dir = layout.fold(fold.index, 'model')
+            predictions.write_recipe(recipe_path, predictions.fold_recipe(
+                runner.layout.plan_yaml, plan, steps, images, patterns, review.max_instances),
+                'python main.py --hparams=%s --model_dir=%s' % (recipe_path, model_dir))
+            started = time.monotonic()
+            training = predictions.train(runner, layout, fold, recipe_path, steps, plan,
+                                         _fold_stop(deadline, review, plan, fold.index))
+            runner.say('  fold %d: trained %s at step %s (%.1f min)' % (
+                fold.index, training['ended'], training['step'],
+                (time.monotonic() - started) / 60.0))
+            checkpoint = None
+        found = predictions.predict(runner, layout, fold, model_dir, checkpoint, plan,
+                                    review.max_detections)
+        runner.say('  fold %d: %d photos predicted, %d detections' % (
+            fold.index, len(fold.image_ids), len(found)))
+
+
+def review(options, stream=None) -> dict:
+    """Runs the review; returns its summary (None for a dry run). Raises UserError,
+    runner.StageFailed."""
+    check_installed()  # A missing cleanlab is said before anything runs.
+    runner = runner_lib.Runner(runner_lib.Layout(options.root), options.verbose,
+                               **({'stream': stream} if stream else {}))
+    layout = layout_lib.Layout(options.root)
+    check_request(layout, options)
+    if os.path.exists(layout.summary_json):
+        summary = _read(layout.summary_json)
+        runner.say('review done earlier (%s):' % layout.summary_json)
+        runner.say('\n'.join(report.table(summary)))
+        return summary
+    deadline = time.time() + options.max_minutes * 60.0 if options.max_minutes else None
+    record, plan, trained = data_and_plan(runner, options)
+    review_ = review_plan(runner, layout, plan, options, trained)
+    if options.dry_run:
+        runner.say('dry run: the review\'s plan above is what it would do')
+        return None
+    atomic_file.write_json_atomically(layout.request_json, _asked(options))
+    atomic_file.write_json_atomically(layout.plan_json, plan_lib.to_record(review_))
+    _stage(runner, 3, 'records: each fold\'s photos')
+    records_stage(runner, layout, review_, plan, record)
+    _stage(runner, 4, 'folds: %d models, each predicting the photos it never saw'
+           % len(review_.folds))
+    folds_stage(runner, layout, review_, plan, trained, deadline)
+    _stage(runner, 5, 'scores: cleanlab, issues.csv, the page, the labelling tools\' files')
+    summary = report.finish(runner, layout, review_, record, options.threshold, trained)
+    runner.say('review done in %.1f min (%s):' % (summary['minutes'], layout.summary_json))
+    runner.say('\n'.join(report.table(summary)))
+    return summary
+
+
+def check_installed():
+    """MissingCleanlab (one line naming the install command) when cleanlab is missing."""
+    scores_lib.cleanlab_rank()
+
+
+def finetune_estimate(runner, plan):
+    """What --review_labels adds to a fine-tune's plan: the review's plan lines and the time
+    with and without it (the fine-tune's model predicts fold 0)."""
+    layout = runner.layout
+    review_ = plan_lib.make(plan, _read(layout.train_json), _read(layout.val_json),
+                            plan_lib.Request(reuse_first=True))
+    runner.say('  --review_labels: the label review after the fine-tune (docs/review.md)')
+    runner.say('\n'.join(plan_file.lines(review_)))
+    runner.say('  time: about %.0f min without --review_labels, about %.0f min with it' % (
+        plan.total_seconds / 60.0, (plan.total_seconds + review_.total_seconds) / 60.0))
+
+
+def review_finetune(output_dir, verbose=False, threshold=None, stream=None) -> dict:
+    """The review of a fine-tune's output_dir after it finished (--review_labels)."""
+    return review(Options(finetune_dir=output_dir, verbose=verbose,
+                          threshold=threshold or issues_lib.DEFAULT_THRESHOLD),
+                  stream)

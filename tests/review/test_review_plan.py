@@ -1,0 +1,80 @@
+"""review/plan.py: the folds, the steps and the time, worked out by hand on a fine-tune plan of
+ten 100 px photos (eight to train, two held out): Lite0 at 320 px, 10 images/s on 2 cores,
+batch 8, 300 steps (costs.py, finetune/plan.py)."""
+import pytest
+
+from efficientdet_hpu.finetune import plan as finetune_plan
+from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import stats
+from efficientdet_hpu.review import plan as plan_lib
+from finetune_cases import ROOMY
+
+
+def _coco(count, first):
+    images = [{'id': first + i, 'file_name': 'p%d.jpg' % (first + i), 'width': 100,
+               'height': 100} for i in range(count)]
+    annotations = [{'id': 2 * image['id'] + k, 'image_id': image['id'], 'category_id': 1,
+                    'bbox': [10 + 40 * k, 10, 30, 30], 'area': 900, 'iscrowd': 0}
+                   for image in images for k in range(2)]
+    return {'images': images, 'annotations': annotations, 'categories': [{'id': 1, 'name': 'a'}]}
+
+
+TRAIN, VAL = _coco(8, 1), _coco(2, 100)
+PLAN = finetune_plan.make_plan(stats.from_coco(TRAIN, VAL), ROOMY, finetune_plan.Request())
+
+
+def test_the_fine_tune_plan_this_file_assumes():
+    assert (PLAN.model_name, PLAN.image_size, PLAN.tile_size) == ('efficientdet-lite0', 320, 0)
+    assert (PLAN.global_batch, PLAN.steps, PLAN.images_per_second) == (8, 300, 10.0)
+
+
+def test_five_folds_of_the_fine_tune_steps_and_their_time():
+    review = plan_lib.make(PLAN, TRAIN, VAL, plan_lib.Request())
+    assert [len(fold.image_ids) for fold in review.folds] == [2, 2, 2, 2, 2]
+    assert review.steps == (300,) * 5 and review.train_images == (8,) * 5
+    # Records: 10 photos at 4/s. Training: 5 x (45 s start-up + 300 x 8 / 10). Predictions: 5 x
+    # 60 s + 10 photos at 3 x 10/s. Scores: 20 s + 0.02 s x 20 labels.
+    assert dict(review.seconds) == pytest.approx({
+        'records': 2.5, 'training': 1425.0, 'predictions': 300.0 + 10 / 30.0,
+        'scores and page': 20.4})
+    # 2 boxes a photo at most: 100 detections (inference.py's own cap) each.
+    assert review.max_detections == 100 and review.max_instances == 100
+    lines = '\n'.join(plan_file.lines(review))
+    assert 'fold 0 the 2 photos of the validation; folds 1-4 the training photos, 2 + 2 + 2 + 2' \
+        in lines
+    assert 'the review adds about 30 min' in lines
+
+
+def test_a_trained_fine_tune_predicts_fold_zero_itself():
+    review = plan_lib.make(PLAN, TRAIN, VAL, plan_lib.Request(reuse_first=True))
+    assert review.steps == (0, 300, 300, 300, 300)
+    # Fold 0's photos are the fine-tune's own val records: 8 photos to convert.
+    assert dict(review.seconds)['records'] == 2.0
+    assert dict(review.seconds)['training'] == 4 * 285.0
+    assert 'predicted by the fine-tune\'s own model' in '\n'.join(plan_file.lines(review))
+
+
+def test_a_budget_scales_the_steps_then_takes_fewer_folds():
+    # 15 min = 900 s. 5 folds: 900 - 2.5 - 300.33 - 20.4 - 5 x 45 leaves 351.77 s, 87 steps a
+    # fold: under half of 300. 4 folds (2, then 3 + 3 + 2): 142 steps, still under. 3 folds:
+    # 900 - 2.5 - 180.33 - 20.4 - 135 = 561.77 s, int(561.77 x 10 / 8 / 3) = 234 steps.
+    review = plan_lib.make(PLAN, TRAIN, VAL, plan_lib.Request(max_minutes=15))
+    assert len(review.folds) == 3 and review.steps == (234, 234, 234)
+    assert '3 by photo (fewer than 5: the budget)' in dict(review.reasons)['folds']
+    assert '234 steps (of the fine-tune\'s 300: the budget)' in dict(review.reasons)['fold models']
+
+
+def test_a_budget_too_short_names_the_minutes_the_review_needs():
+    # 3 min: even 2 folds leave no steps. 2 folds of 20 steps: 2.5 + 2 x (45 + 16) + 120.33 +
+    # 20.4 = 265.2 s: 5 min.
+    with pytest.raises(finetune_plan.PlanError, match='--max_minutes=3 is too short for the '
+                                                      'review: 2 folds of 20 steps take about '
+                                                      '5 min'):
+        plan_lib.make(PLAN, TRAIN, VAL, plan_lib.Request(max_minutes=3))
+
+
+def test_asked_folds_and_steps_win_and_the_plan_survives_its_record():
+    review = plan_lib.make(PLAN, TRAIN, VAL, plan_lib.Request(folds=2, steps=7))
+    assert len(review.folds) == 2 and review.steps == (7, 7)
+    assert [len(fold.image_ids) for fold in review.folds] == [2, 8]
+    assert plan_lib.from_record(plan_lib.to_record(review)) == review

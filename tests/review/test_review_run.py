@@ -1,0 +1,126 @@
+"""`python review.py` end to end as a user runs it, on a Pascal VOC folder of large photos with
+small objects (the plan tiles them: 128 px tiles for the tiny network), 3 folds of 2 steps:
+the records each fold's model trained on never hold a photo that model predicted (read back
+from the TFRecords themselves), the photos were predicted whole in tiles, the outputs are
+there and readable, and a rerun is done at once."""
+import json
+import os
+
+import pytest
+import tensorflow as tf
+import yaml
+from pycocotools.coco import COCO
+
+from cli_runs import run_python, TINY_HPARAMS
+from efficientdet_hpu.data import tfrecord_format
+from efficientdet_hpu.data.dataloader import list_record_files
+from efficientdet_hpu.review import issues
+
+SIZE, SIDE, PHOTOS = (480, 360), 16, 5
+NAMES = ('red', 'blue')
+
+
+def make_large_voc(folder):
+    """5 photos, 3 squares of 16 px each: 4.3 px once fitted to 128 px, so the plan tiles."""
+    from PIL import Image, ImageDraw  # pylint: disable=import-outside-toplevel
+    os.makedirs(folder, exist_ok=True)
+    for i in range(PHOTOS):
+        image = Image.new('RGB', SIZE, (90, 120, 60))
+        draw, objects = ImageDraw.Draw(image), ''
+        for j in range(3):
+            x, y = 40 + 150 * j, 60 + 40 * i
+            draw.rectangle([x, y, x + SIDE - 1, y + SIDE - 1],
+                           fill=((200, 40, 40), (40, 40, 200))[j % 2])
+            objects += ('<object><name>%s</name><bndbox><xmin>%d</xmin><ymin>%d</ymin><xmax>%d'
+                        '</xmax><ymax>%d</ymax></bndbox></object>' % (
+                            NAMES[j % 2], x + 1, y + 1, x + SIDE, y + SIDE))
+        image.save(os.path.join(folder, 'v%d.png' % i))
+        with open(os.path.join(folder, 'v%d.xml' % i), 'w') as stream:
+            stream.write('<annotation><filename>v%d.png</filename><size><width>%d</width>'
+                         '<height>%d</height></size>%s</annotation>' % (i, SIZE[0], SIZE[1],
+                                                                        objects))
+    return folder
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp('review_run')
+    data = make_large_voc(str(root / 'data'))
+    out = str(root / 'out')
+    result = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=3',
+                         '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=1700)
+    return result, out, data
+
+
+def _json(path):
+    with open(path) as stream:
+        return json.load(stream)
+
+
+def photos_in_records(pattern):
+    """The photo file names of every record of `pattern` (a tile's name is its photo's and
+    '#tile-...')."""
+    names = set()
+    for path in list_record_files(pattern):
+        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            feature = tf.train.Example.FromString(raw).features.feature
+            name = feature[tfrecord_format.IMAGE_FILENAME].bytes_list.value[0].decode()
+            names.add(name.split('#tile')[0])
+    return names
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_no_fold_predicts_a_photo_its_model_trained_on(run):
+    result, out, _ = run
+    assert result.returncode == 0, result.stdout[-5000:]
+    plan = _json(os.path.join(out, 'review', 'plan.json'))
+    assert len(plan['folds']) == 3
+    every = set()
+    for fold in plan['folds']:
+        directory = os.path.join(out, 'review', 'folds', 'fold-%d' % fold['index'])
+        with open(os.path.join(directory, 'train.yaml')) as stream:
+            recipe = yaml.safe_load(stream)
+        assert recipe['mode'] == 'train' and 'validation_file_pattern' not in recipe
+        trained_on = photos_in_records(recipe['training_file_pattern'])
+        predicted = {row['file_name'] for row in _json(os.path.join(
+            directory, 'predictions', 'detections.json'))}
+        own = {image['file_name'] for image in _json(os.path.join(directory,
+                                                                  'photos.json'))['images']}
+        assert predicted and predicted <= own
+        assert not trained_on & own, (fold['index'], trained_on & own)
+        assert len(trained_on | own) == PHOTOS  # Every other photo was trained on.
+        every |= own
+    assert len(every) == PHOTOS
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(run):
+    result, out, _ = run
+    assert result.returncode == 0, result.stdout[-5000:]
+    for stage in range(1, 6):
+        assert '[%d/5]' % stage in result.stdout
+    assert 'tiles of 128 px' in result.stdout
+    with open(os.path.join(out, 'logs', 'predict-fold-1.log')) as stream:
+        command = stream.readline()
+    assert '--tile_size=128' in command and 'nms_configs.max_output_size=' in command
+    assert 'nms_configs.class_agnostic=true' in command
+    summary = _json(os.path.join(out, 'review', 'summary.json'))
+    assert (summary['photos'], summary['labels'], summary['folds']) == (PHOTOS, 15, 3)
+    with open(summary['issues_csv']) as stream:
+        assert stream.readline().strip() == ','.join(issues.COLUMNS)
+    coco = COCO(summary['coco_json'])
+    assert len(coco.getImgIds()) == PHOTOS
+    assert all('review' in a for a in coco.dataset['annotations'])
+    assert os.path.isfile(summary['page'])
+    assert 'fiftyone' in summary['fiftyone_line']
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_rerun_is_done_at_once(run):
+    _, out, data = run
+    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=3',
+                        '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=120)
+    assert again.returncode == 0 and 'review done earlier' in again.stdout, again.stdout[-3000:]

@@ -199,5 +199,5 @@ def for_machine(table, cpu) -> str:
     if not cpu or table.machine == cpu:
         return ''
     return ('the cost table is for %s, not this %s: its figures are a first guess that the '
-            'first training steps correct; `python bench.py finetune-costs` measures this one'
+            'first training steps correct; `python bench.py finetune_costs` measures this one'
             % (table.machine, cpu))

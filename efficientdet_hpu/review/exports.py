@@ -4,7 +4,7 @@
                      badloc scores, the kinds it is suspected of, the model's class and box)
                      and CVAT's `attributes` (CVAT shows them on the box; Label Studio keeps
                      them as meta), plus one annotation per suspected overlooked object
-                     (`review.kind` 'overlooked', the model's class and box)
+                     (its review's kind 'overlooked', the model's class and box)
   fiftyone/          with FiftyOne installed (`pip install .[fiftyone]`): a FiftyOne dataset
                      (ground truth, predictions, the scores); without it: data/ (links to the
                      photos), labels.json and predictions.json, the files FiftyOne's COCO

@@ -16,12 +16,13 @@ from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import plan as finetune_plan
 from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.review import folds as folds_lib
 
 DEFAULT_FOLDS = 5  # 1 / 0.2: fold 0 is the fine-tune's validation share (VAL_FRACTION).
 MIN_FOLDS = 2
-MIN_STEPS = finetune_plan.MIN_BUDGET_STEPS
+MIN_STEPS = schedule.MIN_BUDGET_STEPS
 KEEP_SHARE = 0.5  # Under this share of the fine-tune's steps, fewer folds are tried first.
 # cleanlab's scores (pure Python IoU loops, rank.py) and the page's crops: measured on the
 # synthetic set (docs/review.md), rounded up.
@@ -33,11 +34,16 @@ MIN_MAX_DETECTIONS = 100  # inference.py's own cap; more when photos hold more b
 @dataclasses.dataclass(frozen=True)
 class Request:
     """--folds (0: planned), --steps per fold (0: the fine-tune's), --max_minutes of the
-    review (0: none), and whether fold 0 is predicted by a fine-tune's trained model."""
+    review (0: none), whether fold 0 is predicted by a fine-tune's trained model, and the
+    cost table the times come from (finetune/costs.py; None: costs.load())."""
     folds: int = 0
     steps: int = 0
     max_minutes: float = 0.0
     reuse_first: bool = False
+    table: object = None
+
+    def costs(self) -> costs.Table:
+        return self.table or costs.load()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,21 +80,23 @@ def _fold_images(folds, train, val, plan):
     return own, [sum(own) - count for count in own]
 
 
-def training_seconds(plan, steps) -> float:
+def training_seconds(plan, steps, table) -> float:
     """A fold model's start-up and steps (0 steps: not trained, no time)."""
-    return costs.STARTUP_SECONDS + steps * plan.global_batch / plan.images_per_second if steps \
-        else 0.0
+    if not steps:
+        return 0.0
+    return (table.startup_seconds(plan.model_name, plan.image_size)
+            + steps * plan.global_batch / plan.images_per_second)
 
 
 def _seconds(plan, folds, steps, own, request, labels):
-    rate = plan.images_per_second
-    inference = rate * costs.INFERENCE_SPEEDUP
+    table = request.costs()
+    inference = plan.images_per_second * table.inference_speedup
     converted = sum(count for fold, count in zip(folds, own)
                     if not (fold.index == 0 and request.reuse_first))
     trained = [count for count in steps if count]
-    return (('records', converted / costs.CONVERT_IMAGES_PER_SECOND),
-            ('training', sum(training_seconds(plan, count) for count in trained)),
-            ('predictions', len(folds) * costs.PHOTO_EVAL_SECONDS + sum(own) / inference),
+    return (('records', converted / table.convert_images_per_second),
+            ('training', sum(training_seconds(plan, count, table) for count in trained)),
+            ('predictions', len(folds) * table.predict_seconds + sum(own) / inference),
             ('scores and page', SCORE_SECONDS + SCORE_SECONDS_PER_LABEL * labels))
 
 
@@ -100,7 +108,8 @@ def _steps_within(plan, folds, own, request, labels, wanted):
     budget = request.max_minutes * 60.0
     fixed = sum(s for part, s in _seconds(plan, folds, [0] * len(folds), own, request, labels))
     trained = sum(1 for count in fold_steps if count)
-    spare = budget - fixed - trained * costs.STARTUP_SECONDS
+    spare = budget - fixed - trained * request.costs().startup_seconds(plan.model_name,
+                                                                       plan.image_size)
     fitting = int(spare * plan.images_per_second / plan.global_batch / max(1, trained))
     factor = min(1.0, fitting / float(wanted))
     return [min(count, fitting) for count in fold_steps], factor

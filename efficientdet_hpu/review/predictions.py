@@ -23,9 +23,9 @@ import yaml
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import inputs
-from efficientdet_hpu.finetune import plan as finetune_plan
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import stages
 
 FOLD_KEEP_CHECKPOINTS = 1
@@ -99,8 +99,9 @@ def fold_recipe(finetune_yaml, plan, steps, train_images, patterns, max_instance
     step counts (warm-up, freeze, EMA) redone for those steps, as finetune/plan.py does."""
     with open(finetune_yaml, encoding='utf-8') as stream:
         content = yaml.safe_load(stream)
-    steps, interval, warmup, ema, _ = finetune_plan.schedule_numbers(
-        steps, train_images, plan.global_batch)
+    _, warmup_share, _ = schedule.learning_rate(plan.weights.kind)
+    steps, interval, warmup, ema, _ = schedule.schedule_numbers(
+        steps, train_images, plan.global_batch, warmup_share)
     for key in ('validation_file_pattern', 'val_json_file', 'eval_after_training'):
         content.pop(key, None)
     content.update(mode='train', training_file_pattern=','.join(patterns),

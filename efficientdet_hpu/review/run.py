@@ -18,6 +18,8 @@ import time
 
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.finetune import costs
+from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner as runner_lib
@@ -116,6 +118,11 @@ def check_request(layout, options):
                             ', '.join(repr(saved.get(key)) for key in changed)))
 
 
+def _cost_table():
+    """The cost table of this machine, as the fine-tune's plan reads it."""
+    return costs.load(hardware.detect().cpu)
+
+
 def review_plan(runner, layout, plan, options, reuse_first):
     if os.path.exists(layout.plan_json):
         review = plan_lib.from_record(_read(layout.plan_json))
@@ -123,7 +130,7 @@ def review_plan(runner, layout, plan, options, reuse_first):
     else:
         train, val = _read(runner.layout.train_json), _read(runner.layout.val_json)
         review = plan_lib.make(plan, train, val, plan_lib.Request(
-            options.folds, options.steps, options.max_minutes, reuse_first))
+            options.folds, options.steps, options.max_minutes, reuse_first, _cost_table()))
     runner.say('\n'.join(plan_file.lines(review)))
     return review
 
@@ -148,7 +155,7 @@ def _fold_stop(deadline, review, plan, index):
     the scores still fit the budget (the plan sized the steps to it; this is the guard)."""
     if deadline is None:
         return None
-    later = sum(plan_lib.training_seconds(plan, steps)
+    later = sum(plan_lib.training_seconds(plan, steps, _cost_table())
                 for fold, steps in zip(review.folds, review.steps) if fold.index > index)
     rest = sum(seconds for part, seconds in review.seconds
                if part in ('predictions', 'scores and page'))

@@ -268,7 +268,8 @@ def test_bench_help_lists_a_flag_under_each_subcommand_it_serves():
     groups = dict(re.findall(r'\n(bench\.py[\w ]*):\n((?:  .*\n|    .*\n)+)', text))
     assert list(groups) == ['bench.py', 'bench.py train', 'bench.py infer', 'bench.py input',
                             'bench.py suite', 'bench.py coco_eval', 'bench.py train_and_eval',
-                            'bench.py finetune_costs', 'bench.py finetune_suite']
+                            'bench.py finetune_costs', 'bench.py finetune_suite',
+                            'bench.py review_planted']
     serving = {title.split()[-1] for title, body in groups.items() if '--image_size:' in body}
     assert serving == {'infer', 'input', 'train_and_eval'}
     assert '--model_name:' in groups['bench.py'] and '--output:' in groups['bench.py suite']

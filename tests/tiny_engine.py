@@ -191,10 +191,12 @@ class TinyModel:
         shadows = checkpoints.ema_shadows(averaged)
 
         # The hooks fetch the global step as the step before the update (hooks.TrainLogHook,
-        # preemption.StopAtSignalHook); a graph this small could otherwise run the update
-        # first. The real network's step takes long enough that the fetch wins in practice.
+        # preemption.StopAtSignalHook), and the summary the shift before it; a graph this small
+        # could otherwise run the update first. The real network's step takes long enough that the fetch wins in practice.
         # The update runs in a tf.cond on `finite`, hence after it.
-        with tf.control_dependencies([global_step.graph.as_graph_element(global_step)]):
+        shift_before = tf.identity(shift)  # Summarised: the value before this step's update.
+        with tf.control_dependencies([global_step.graph.as_graph_element(global_step),
+                                      shift_before]):
             # As det_model_fn._train_op: a non-finite step changes nothing (FiniteGuardHook
             # then stops the training).
             finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
@@ -211,7 +213,7 @@ class TinyModel:
         logged = dict(loss=loss, cls_loss=loss, box_loss=zero, iou_loss=zero, l2_loss=zero,
                       learning_rate=tf.constant(self.learning_rate, tf.float32),
                       grad_norm=grad_norm)
-        tf1.summary.scalar('train/shift', shift)
+        tf1.summary.scalar('train/shift', shift_before)
         tf1.add_to_collection(det_model_fn.FINITE_GUARD_COLLECTION, finite)
         tf1.add_to_collection(det_model_fn.FINITE_GUARD_COLLECTION, loss)
         for name in det_model_fn.TRAIN_LOG_KEYS:

@@ -16,7 +16,7 @@ import sys
 
 from absl import app, flags
 
-from efficientdet_hpu.core import errors
+from efficientdet_hpu.core import command_help, errors
 from efficientdet_hpu.finetune import runner
 from efficientdet_hpu.review import issues
 from efficientdet_hpu.review import run
@@ -92,6 +92,7 @@ def main(argv):
 def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
+    command_help.install(__name__)
     app.run(main)
 
 

@@ -14,6 +14,7 @@ not make its tests slow. `make test-fast` runs the rest (`-m "not slow"`) in abo
 on 2 cores.
 """
 import concurrent.futures
+import signal
 import threading
 
 import pytest
@@ -29,6 +30,17 @@ pytest_plugins = ['deadlines']  # A deadline per test, every thread's stack when
 # test that starts such a process itself carries @pytest.mark.slow.
 SLOW_FIXTURES = frozenset({'tiny_trained_run', 'profiled_run', 'train_and_eval_run',
                            'two_ranks', 'faulty_run'})
+
+
+def pytest_configure(config):  # pylint: disable=unused-argument
+    """The commands the tests start see SIGINT and SIGHUP as from a terminal. A suite started in
+    the background of a script (`make test &`) or under nohup inherits them ignored, and a
+    command keeps a signal ignored from its start ignored (core/processes.py, as nohup asks), so
+    the tests that send them would wait in vain. Handled here, they are default in each child."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(items):

@@ -170,13 +170,17 @@ def _stop(tmp_path, mode, signals, child_args=(), grace=30, gap=0.0):
     (exit status, output, seconds from the first signal to the driver's end, pids)."""
     with _driven(tmp_path, mode, grace, *child_args) as (process, read):
         pids = _pids(tmp_path)
-        start = time.monotonic()
-        for index, signum in enumerate(signals):
-            if index:
-                time.sleep(gap)
-            process.send_signal(signum)
-        status = process.wait(60)
-        return status, read(), time.monotonic() - start, pids
+        try:
+            start = time.monotonic()
+            for index, signum in enumerate(signals):
+                if index:
+                    time.sleep(gap)
+                process.send_signal(signum)
+            status = process.wait(60)
+            return status, read(), time.monotonic() - start, pids
+        finally:  # The child has a session of its own: a failed test leaves it running otherwise.
+            for pid in pids:
+                processes.kill_tree(pid)
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

@@ -85,14 +85,18 @@ def _signal_during_training(command, log_path, ready, signals, gap=0.0, env=None
                     'training to start')
         assert process.poll() is None, _read(log_path)[-4000:]
         pids = _tree(process.pid)
-        start = time.monotonic()
-        for index, signum in enumerate(signals):
-            if index:
-                time.sleep(gap)
-            process.send_signal(signum)
-        status = process.wait(STOP_SECONDS)
-        seconds = time.monotonic() - start
-        assert _gone(pids, 10), [pid for pid in pids if pid in _tree(pid)]
+        try:
+            start = time.monotonic()
+            for index, signum in enumerate(signals):
+                if index:
+                    time.sleep(gap)
+                process.send_signal(signum)
+            status = process.wait(STOP_SECONDS)
+            seconds = time.monotonic() - start
+            assert _gone(pids, 10), [pid for pid in pids if pid in _tree(pid)]
+        finally:  # A failed test leaves nothing running either (main.py has a session of its own).
+            for pid in pids:
+                processes.kill_tree(pid)
     return status, _read(log_path), pids, seconds
 
 

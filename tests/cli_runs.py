@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 
 from efficientdet_hpu.core import processes
 
@@ -45,6 +46,44 @@ def started(command, env=None, cwd=REPO, stdin=subprocess.DEVNULL, stdout=None, 
             for stream in (process.stdin, process.stdout, process.stderr):
                 if stream is not None:
                     stream.close()
+
+
+def signalled(process, signals, gap, wait_seconds, pids, settle_seconds=10):
+    """Sends `signals` to `process` (started by `started`), `gap` seconds apart, and waits for
+    it; returns (its exit status, seconds from the first signal to its end, those of `pids`
+    still running `settle_seconds` later). Then every process of `pids` (recorded while it ran:
+    children in sessions of their own, which leaving `started` does not reach) is killed,
+    whether the test passes or not."""
+    try:
+        start = time.monotonic()
+        for index, signum in enumerate(signals):
+            if index:
+                time.sleep(gap)
+            process.send_signal(signum)
+        status = process.wait(wait_seconds)
+        seconds = time.monotonic() - start
+        return status, seconds, still_running(pids, settle_seconds)
+    finally:
+        for pid in pids:
+            processes.kill_tree(pid)
+
+
+def still_running(pids, seconds):
+    """Those of `pids` that have not ended (a zombie has) within `seconds`."""
+    end = time.monotonic() + seconds
+    while True:
+        left = [pid for pid in pids if _alive(pid)]
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.05)
+
+
+def _alive(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as stream:
+            return stream.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def kill_group(process):

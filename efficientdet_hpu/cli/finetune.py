@@ -13,13 +13,10 @@ the errors and exports, each as the project's own command under a deadline
 --review_labels the label review follows (review/run.py, docs/review.md). Rerunning the same
 command resumes. docs/finetune.md.
 """
-import sys
 
 from absl import app, flags
 
 from efficientdet_hpu.core import command_help
-from efficientdet_hpu.core import errors
-from efficientdet_hpu.core import processes
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner
@@ -82,30 +79,14 @@ def options_from_flags():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
-    try:
-        # SIGTERM, SIGINT, SIGHUP: the running command (main.py: at its step, with its
-        # checkpoint) ends cleanly, then one line and 128+N (processes.stops_forwarded).
-        with processes.stops_forwarded(PROGRAM, runner.STOP_GRACE_SECONDS):
-            if FLAGS.review_labels:
-                review_run.check_installed()  # A missing cleanlab is said before anything runs.
-            summary = stages.finetune(options_from_flags(), after_plan=(
-                review_run.finetune_estimate if FLAGS.review_labels else None))
-            if FLAGS.review_labels and summary is not None:
-                review_run.review_finetune(FLAGS.output_dir, FLAGS.verbose)
-    except processes.Stopped as stop:
-        print(stop.line(PROGRAM), file=sys.stderr, flush=True)
-        return stop.exit_status
-    except errors.UserError as error:
-        return errors.fail(PROGRAM, error, FLAGS.verbose)
-    except runner.StageFailed as error:
-        print('%s: %s' % (PROGRAM, error), file=sys.stderr, flush=True)
-        return 1
-    except OSError as error:
-        message = errors.disk_full_message(error, FLAGS.output_dir)
-        if message is None:
-            raise
-        return errors.fail(PROGRAM, message, FLAGS.verbose)
-    return 0
+    def work():
+        if FLAGS.review_labels:
+            review_run.check_installed()  # A missing cleanlab is said before anything runs.
+        summary = stages.finetune(options_from_flags(), after_plan=(
+            review_run.finetune_estimate if FLAGS.review_labels else None))
+        if FLAGS.review_labels and summary is not None:
+            review_run.review_finetune(FLAGS.output_dir, FLAGS.verbose)
+    return runner.exit_status(PROGRAM, work, FLAGS.output_dir, FLAGS.verbose)
 
 
 def entry_point():

@@ -12,11 +12,10 @@ most likely wrong first), index.html (the crops, label green, model red), review
 (for CVAT and Label Studio) and FiftyOne's files. Rerunning the same command resumes.
 docs/review.md.
 """
-import sys
 
 from absl import app, flags
 
-from efficientdet_hpu.core import command_help, errors
+from efficientdet_hpu.core import command_help, errors, processes
 from efficientdet_hpu.finetune import runner
 from efficientdet_hpu.review import issues
 from efficientdet_hpu.review import run
@@ -71,22 +70,16 @@ def options_from_flags():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
-    try:
-        run.review(options_from_flags())
-    except errors.UserError as error:
-        return errors.fail(PROGRAM, error, FLAGS.verbose)
-    except runner.StageFailed as error:
-        print('%s: %s' % (PROGRAM, error), file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        print('%s: interrupted; rerun the same command to continue' % PROGRAM, file=sys.stderr)
-        return 130
-    except OSError as error:
-        message = errors.disk_full_message(error, FLAGS.output_dir or FLAGS.finetune_dir)
-        if message is None:
+
+    def work():
+        try:
+            run.review(options_from_flags())
+        except processes.Stopped as stop:  # A stop signal (runner.exit_status): its line.
+            stop.kept = stop.kept or ('what the review finished is kept; rerun the same '
+                                      'command to continue')
             raise
-        return errors.fail(PROGRAM, message, FLAGS.verbose)
-    return 0
+    return runner.exit_status(PROGRAM, work, FLAGS.output_dir or FLAGS.finetune_dir,
+                              FLAGS.verbose)
 
 
 def entry_point():

@@ -14,6 +14,7 @@ import sys
 import time
 
 from efficientdet_hpu.core import compat
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import processes
 from efficientdet_hpu.core.errors import UserError
 
@@ -36,6 +37,31 @@ class StageFailed(RuntimeError):
 
 class ChildUserError(UserError):
     """A command of a stage stopped on a user or data error: its own one line."""
+
+
+def exit_status(program, work, output_dir, verbose):
+    """Runs `work()` as efficientdet-finetune and efficientdet-review run their stages and
+    returns the command's exit status. SIGTERM, SIGINT and SIGHUP reach the running command
+    (main.py: at its step, with its checkpoint), which ends cleanly: then one line and 128+N
+    (processes.stops_forwarded). A user error or a full disk under `output_dir`: one line,
+    2; a stage that failed otherwise: one line, 1."""
+    try:
+        with processes.stops_forwarded(program, STOP_GRACE_SECONDS):
+            work()
+    except processes.Stopped as stop:
+        print(stop.line(program), file=sys.stderr, flush=True)
+        return stop.exit_status
+    except UserError as error:
+        return errors.fail(program, error, verbose)
+    except StageFailed as error:
+        print('%s: %s' % (program, error), file=sys.stderr, flush=True)
+        return 1
+    except OSError as error:
+        message = errors.disk_full_message(error, output_dir)
+        if message is None:
+            raise
+        return errors.fail(program, message, verbose)
+    return 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,22 +10,12 @@ import time
 
 import pytest
 
-from cli_runs import started
+from cli_runs import signalled, started, still_running
 from efficientdet_hpu.core import processes
 
 
 def _gone(pid, seconds=5):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        with open('/proc/%d/stat' % pid) as stream:
-            if stream.read().rsplit(')', 1)[1].split()[0] == 'Z':
-                return True
-        time.sleep(0.05)
-    return False
+    return not still_running([pid], seconds)
 
 
 def test_output_and_status_of_a_command():
@@ -167,38 +157,30 @@ def _pids(tmp_path):
 
 def _stop(tmp_path, mode, signals, child_args=(), grace=30, gap=0.0):
     """Sends `signals` to the driver once its child is running (gap seconds apart); returns
-    (exit status, output, seconds from the first signal to the driver's end, pids)."""
+    (exit status, output, seconds from the first signal to the driver's end, the child's and
+    grandchild's pids still running 5 s after it)."""
     with _driven(tmp_path, mode, grace, *child_args) as (process, read):
         pids = _pids(tmp_path)
-        try:
-            start = time.monotonic()
-            for index, signum in enumerate(signals):
-                if index:
-                    time.sleep(gap)
-                process.send_signal(signum)
-            status = process.wait(60)
-            return status, read(), time.monotonic() - start, pids
-        finally:  # The child has a session of its own: a failed test leaves it running otherwise.
-            for pid in pids:
-                processes.kill_tree(pid)
+        status, seconds, left = signalled(process, signals, gap, 60, pids, 5)
+        return status, read(), seconds, left
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_signal_reaches_the_child_once_and_the_parent_exits_128_plus_n(tmp_path, signum):
-    status, output, _, pids = _stop(tmp_path, 'streaming', [signum])
+    status, output, _, left = _stop(tmp_path, 'streaming', [signum])
     name = signal.Signals(signum).name
     assert status == 128 + signum, output
     assert output.count('got ') == 1 and 'got %s' % name in output, output
     assert 'driver: %s: passed on to the running command' % name in output
     assert output.splitlines()[-1] == 'driver: stopped by %s; child status %d' % (
         name, 128 + signum), output
-    assert all(_gone(pid) for pid in pids), pids  # The grandchild too.
+    assert not left, left  # The grandchild too.
 
 
 def test_a_stop_reaches_a_child_of_run_too(tmp_path):
-    status, output, _, pids = _stop(tmp_path, 'run', [signal.SIGTERM])
+    status, output, _, left = _stop(tmp_path, 'run', [signal.SIGTERM])
     assert status == 143 and 'driver: stopped by SIGTERM; child status 143' in output, output
-    assert all(_gone(pid) for pid in pids)
+    assert not left, left
 
 
 def test_the_same_signal_twice_at_once_is_one_stop(tmp_path):
@@ -210,22 +192,22 @@ def test_the_same_signal_twice_at_once_is_one_stop(tmp_path):
 
 
 def test_a_second_signal_ends_at_once(tmp_path):
-    status, output, seconds, pids = _stop(
+    status, output, seconds, left = _stop(
         tmp_path, 'streaming', [signal.SIGTERM, signal.SIGINT], child_args=['hang'],
         gap=processes.SAME_STOP_SECONDS + 0.5)
     assert status == 130, output
     assert seconds < 10 + processes.SAME_STOP_SECONDS, seconds
     assert ('driver: stopped by SIGINT (a second stop signal: its processes were killed at '
             'once)' in output), output
-    assert all(_gone(pid) for pid in pids)
+    assert not left, left
 
 
 def test_a_child_that_does_not_end_is_killed_at_the_deadline(tmp_path):
-    status, output, seconds, pids = _stop(tmp_path, 'streaming', [signal.SIGHUP],
+    status, output, seconds, left = _stop(tmp_path, 'streaming', [signal.SIGHUP],
                                           child_args=['hang'], grace=2)
     assert status == 129 and 'child status -9' in output, output
     assert 2 <= seconds < 15, seconds
-    assert all(_gone(pid) for pid in pids)
+    assert not left, left
 
 
 def test_a_signal_while_no_child_runs_stops_at_once(tmp_path):

@@ -45,3 +45,34 @@ def test_children_import_this_checkout_first():
     assert env['PYTHONPATH'].split(os.pathsep)[0] == os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(runner_lib.__file__))))
     assert env['TF_CPP_MIN_LOG_LEVEL'] in ('3', os.environ.get('TF_CPP_MIN_LOG_LEVEL'))
+
+
+def test_how_finetune_and_review_end(tmp_path, capsys):
+    """runner.exit_status: a stop signal's line and 128+N, a user error or a full disk 2, a
+    failed stage 1, anything else raised (a real bug keeps its traceback)."""
+    import errno
+    import signal
+
+    from efficientdet_hpu.core import processes
+
+    def raising(error):
+        def work():
+            raise error
+        return work
+
+    stop = processes.Stopped(signal.SIGTERM)
+    stop.where, stop.kept = 'training', 'checkpoint kept'
+    assert runner_lib.exit_status('prog', raising(stop), str(tmp_path), False) == 143
+    assert capsys.readouterr().err == 'prog: stopped by SIGTERM during training; checkpoint kept\n'
+    assert runner_lib.exit_status('prog', raising(runner_lib.ChildUserError('bad photo')),
+                                  str(tmp_path), False) == 2
+    assert capsys.readouterr().err.startswith('prog: error: bad photo')
+    assert runner_lib.exit_status('prog', raising(runner_lib.StageFailed('main.py died')),
+                                  str(tmp_path), False) == 1
+    assert capsys.readouterr().err == 'prog: main.py died\n'
+    full = OSError(errno.ENOSPC, 'No space left on device', str(tmp_path / 'x'))
+    assert runner_lib.exit_status('prog', raising(full), str(tmp_path), False) == 2
+    assert 'no space left on the device writing %s' % (tmp_path / 'x') in capsys.readouterr().err
+    with pytest.raises(PermissionError):
+        runner_lib.exit_status('prog', raising(PermissionError('denied')), str(tmp_path), False)
+    assert runner_lib.exit_status('prog', lambda: None, str(tmp_path), False) == 0

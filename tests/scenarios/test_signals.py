@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cli_runs import TINY_HPARAMS, python_env, started, tiny_flags
+from cli_runs import TINY_HPARAMS, python_env, signalled, started, tiny_flags
 from efficientdet_hpu.core import processes
 from test_finetune import make_coco
 
@@ -37,15 +37,6 @@ def _tree(root):
         found += below
         todo += below
     return found
-
-
-def _gone(pids, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not set(pids) & set(processes._processes()):  # pylint: disable=protected-access
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _wait_until(predicate, seconds, what):
@@ -85,18 +76,8 @@ def _signal_during_training(command, log_path, ready, signals, gap=0.0, env=None
                     'training to start')
         assert process.poll() is None, _read(log_path)[-4000:]
         pids = _tree(process.pid)
-        try:
-            start = time.monotonic()
-            for index, signum in enumerate(signals):
-                if index:
-                    time.sleep(gap)
-                process.send_signal(signum)
-            status = process.wait(STOP_SECONDS)
-            seconds = time.monotonic() - start
-            assert _gone(pids, 10), [pid for pid in pids if pid in _tree(pid)]
-        finally:  # A failed test leaves nothing running either (main.py has a session of its own).
-            for pid in pids:
-                processes.kill_tree(pid)
+        status, seconds, left = signalled(process, signals, gap, STOP_SECONDS, pids)
+        assert not left, left
     return status, _read(log_path), pids, seconds
 
 

@@ -72,18 +72,11 @@ def still_running(pids, seconds):
     """Those of `pids` that have not ended (a zombie has) within `seconds`."""
     end = time.monotonic() + seconds
     while True:
-        left = [pid for pid in pids if _alive(pid)]
+        running = processes._processes()  # pylint: disable=protected-access
+        left = [pid for pid in pids if pid in running]
         if not left or time.monotonic() >= end:
             return left
         time.sleep(0.05)
-
-
-def _alive(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as stream:
-            return stream.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def kill_group(process):

@@ -15,9 +15,13 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest's own dependency before 3.11, pinned in requirements/test.txt
+    import tomli as tomllib
 
 from cli_runs import REPO, run_process
 

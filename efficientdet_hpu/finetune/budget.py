@@ -4,14 +4,18 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
   before training  the time left after the data, doctor and converter stages, measured, sets
                    the number of evaluations (the interval stays: the steps are whole
                    evaluations, as plan.yaml gives main.py); their time against the estimate
-                   scales the estimates of what follows
-  first steps      main.py's first logged rate (images/s) and its start-up against the cost
-                   table's: when the steps that fit differ from the planned ones by more than
-                   TOLERANCE, training is stopped (SIGTERM: a checkpoint), plan.yaml gets the
-                   new number of evaluations and main.py resumes from the checkpoint. The
-                   start-up's ratio to the table's scales the estimate of the evaluations and
-                   of the whole-photo evaluation with the export (a busier or slower machine
-                   slows them alike)
+                   scales the estimates of the start-up, evaluations and export (Python and
+                   files, as they are), not the training rate (the first steps measure it)
+  first steps      main.py's logged rate (images/s) once the backbone is unfrozen, skipping
+                   its first record (which holds the first step's one-off cost), and its
+                   start-up against the cost table's. More steps fit: when they add more than
+                   TOLERANCE of the plan's, training is stopped (SIGTERM: a checkpoint),
+                   plan.yaml gets the new number of evaluations and main.py resumes from the
+                   checkpoint. Fewer fit: the same, unless the planned steps overrun the
+                   budget by less than a restart costs; then the time budget stops training
+                   (a checkpoint) a little before the plan's last step. The start-up's ratio to
+                   the table's scales the estimate of the evaluations and of the whole-photo
+                   evaluation with the export (a busier or slower machine slows them alike)
 The arithmetic is pure (`corrected_evaluations`); RateProbe reads main.py's train_log.jsonl.
 """
 import dataclasses
@@ -73,22 +77,27 @@ def _train_records(model_dir, since):
 
 
 class RateProbe:
-    """A stop_when for runner.command: reads the first rate main.py logs after PROBE_STEPS
-    steps, decides the evaluations that fit, and answers True (stop and restart) when they
-    differ from the plan's by more than TOLERANCE. `decision` then holds
-    {'evaluations', 'step', 'rate', 'startup', 'load'}."""
+    """A stop_when for runner.command: reads main.py's rate PROBE_STEPS steps in, the backbone
+    unfrozen and the first record skipped, decides the evaluations that fit, and answers True
+    (stop and restart) when a restart is worth its cost (module docstring). `decision` then
+    holds {'evaluations', 'step', 'rate', 'startup', 'load', 'restart', 'fit'}: 'fit' the
+    evaluations that fit without a restart."""
 
     def __init__(self, plan, model_dir, deadline, first_step):
         self.plan, self.model_dir, self.deadline = plan, model_dir, deadline
         self.first_step = first_step or 0
+        self.from_step = self.first_step + PROBE_STEPS
+        if self.first_step < plan.freeze_steps:  # The frozen steps run at another rate.
+            self.from_step = max(self.from_step, plan.freeze_steps + 1)
         self.started = time.time()
         self.decision = None
 
     def __call__(self, line):
         if self.decision is not None or 'images/s' not in line:
             return False
-        records = [r for r in _train_records(self.model_dir, self.started)
-                   if r['step'] - self.first_step >= PROBE_STEPS and r.get('images_per_sec')]
+        logged = [r for r in _train_records(self.model_dir, self.started)
+                  if r.get('images_per_sec')]
+        records = [r for r in logged[1:] if r['step'] >= self.from_step]
         if not records:
             return False
         record = records[0]
@@ -97,22 +106,41 @@ class RateProbe:
         startup = max(1.0, record['time'] - self.started
                       - steps_run * self.plan.global_batch / record['images_per_sec'])
         load = load_factor(startup, self.plan.startup_seconds)
+        left = self.deadline - time.time()
+        fit = corrected_evaluations(self.plan, left, record['step'], record['images_per_sec'], 0.0,
+                                    load)
         evaluations = corrected_evaluations(
-            self.plan, self.deadline - time.time(), record['step'], record['images_per_sec'],
-            startup, load)
+            self.plan, left, record['step'], record['images_per_sec'], startup, load)
         self.decision = {'evaluations': evaluations, 'step': record['step'],
                          'rate': round(record['images_per_sec'], 2),
-                         'startup': round(startup, 1), 'load': round(load, 2),
-                         'restart': worth_changing(self.plan, evaluations)}
+                         'startup': round(startup, 1), 'load': round(load, 2), 'fit': fit,
+                         'restart': worth_restarting(self.plan, evaluations, fit)}
         return self.decision['restart']
+
+
+def worth_restarting(plan, evaluations, fit) -> bool:
+    """Whether stopping main.py to train `evaluations` evaluations (what fits after a restart)
+    beats going on with the plan's, of which `fit` fit the time left without one: more steps
+    when they add more than TOLERANCE of the plan's; fewer when the plan overruns by more
+    evaluations than the restart costs (fit - evaluations), else the budget stops training."""
+    if evaluations > plan.evaluations:
+        return worth_changing(plan, evaluations)
+    overrun = plan.evaluations - fit
+    return overrun > max(0, fit - evaluations) and worth_changing(plan, evaluations)
 
 
 def steps_line(plan, decision) -> str:
     """The line the run prints when the first steps change (or keep) the planned steps."""
-    verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on with '
-               'the new number' % (decision['evaluations'] * plan.eval_interval, plan.steps)
-               if decision['restart'] else 'the planned %d steps fit (within %d%%)' % (
-                   plan.steps, 100 * TOLERANCE))
+    fit = decision.get('fit', decision['evaluations'])
+    if decision['restart']:
+        verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '
+                   'with the new number' % (decision['evaluations'] * plan.eval_interval,
+                                            plan.steps))
+    elif fit < plan.evaluations and not steps_asked(plan):
+        verdict = ('about %d of the planned %d steps fit; a restart would cost more than the '
+                   'rest: the time budget stops training' % (fit * plan.eval_interval, plan.steps))
+    else:
+        verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
     return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
             '(planned %.0f; other stages' ' estimated x%.2f): %s' % (
                 decision['step'], decision['rate'], plan.images_per_second, decision['startup'],
@@ -170,7 +198,7 @@ def before_training(runner, plan, deadline, step, spent):
         return plan
     load = stages_load(plan, spent)
     measured = measured_rate(layout.model_dir)
-    rate = measured or plan.images_per_second / load
+    rate = measured or plan.images_per_second
     left = deadline - time.time()
     evaluations = corrected_evaluations(plan, left, step or 0, rate, plan.startup_seconds * load,
                                         load)
@@ -178,7 +206,8 @@ def before_training(runner, plan, deadline, step, spent):
         return plan
     why = ('%.1f min left after the stages before training, at %.1f images/s%s' % (
         left / 60.0, rate, ' (measured)' if measured else '') + (
-            '; they took %.1f min, %.1f times the estimate: the rest estimated as slow' % (
+            '; they took %.1f min, %.1f times the estimate: the start-up, evaluations and '
+            'export estimated as slow' % (
                 spent / 60.0, load) if load != 1.0 else ''))
     corrected = dataclasses.replace(with_evaluations(plan, evaluations, why),
                                     images_per_second=rate)

@@ -306,14 +306,15 @@ def _choose_size(data, hardware, request, table, model, advice):
     floor, top, bounds_why = sizing.bounds(data.train, native)
     budgeted = request.max_minutes and not request.steps
 
-    def passes_at(side):
+    def trained_at(side):
         if not budgeted:
             return None
         try:
-            return _sized(data, hardware, request, table, model, side, (0, 0)).passes
+            sized = _sized(data, hardware, request, table, model, side, (0, 0))
         except PlanError:
-            return 0.0
-    side, other_side, why = sizing.choose(floor, top, passes_at)
+            return 0.0, 0
+        return sized.passes, sized.steps
+    side, other_side, why = sizing.choose(floor, top, trained_at)
     reasons = [('image size', '%d px: %s; %s' % (side, why, bounds_why)), ('tiling', tiling[2])]
     advised = dict(advice).get('image_size')
     if isinstance(advised, int):  # The doctor, run at `side`, found it too small for anchors.

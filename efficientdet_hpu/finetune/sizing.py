@@ -12,6 +12,10 @@ SIZE_LADDER = (128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 153
 # larger one where its anchors then miss too many boxes.
 MIN_BOX_AT_INPUT = 8.0
 ENOUGH_PASSES = 50  # Fewer than these in the budget: a smaller input is worth its detail.
+# And at least these steps: the detection heads start random and need updates however few the
+# photos (configs/demo.yaml: 1,600 steps; make trees: 1,350; 50 photos trained 306 steps of Lite0
+# at 256 px learned nothing, docs/finetune.md).
+ENOUGH_STEPS = 1000
 
 
 def ladder_at_least(side) -> int:
@@ -36,22 +40,28 @@ def bounds(photos, native) -> tuple:
                      MIN_BOX_AT_INPUT))
 
 
-def choose(floor, top, passes_at) -> tuple:
+def choose(floor, top, trained_at) -> tuple:
     """(size, the next larger size worth trying or 0, why): the largest ladder size in
-    [floor, top] whose budgeted passes (passes_at(size), None without a budget) reach
-    ENOUGH_PASSES; else floor, the most passes; without a budget top."""
+    [floor, top] whose budgeted training (trained_at(size): (passes, steps), None without a
+    budget) reaches ENOUGH_PASSES and ENOUGH_STEPS; else floor, the most of both; without a
+    budget top."""
     sizes = [size for size in SIZE_LADDER if floor <= size <= top] or [top]
-    if passes_at(top) is None:
+    if trained_at(top) is None:
         return top, 0, 'no budget: the largest the photos and the model hold'
-    passes = {size: passes_at(size) for size in sizes}
-    enough = [size for size in sizes if passes[size] >= ENOUGH_PASSES]
+    trained = {size: trained_at(size) for size in sizes}
+    enough = [size for size in sizes
+              if trained[size][0] >= ENOUGH_PASSES and trained[size][1] >= ENOUGH_STEPS]
     size = max(enough) if enough else sizes[0]
     larger = [s for s in sizes if s > size]
-    listed = ', '.join('%d px %.0f' % (s, passes[s]) for s in sizes)
+    listed = ', '.join('%d px %.0f' % (s, trained[s][0]) for s in sizes)
+    short = [s for s in sizes if trained[s][1] < ENOUGH_STEPS]
+    steps = ('; steps: %s' % ', '.join('%d px %d' % (s, trained[s][1]) for s in sizes)
+             if short else '')
     if enough:
-        why = 'the largest that the budget trains for %d passes or more (passes: %s)' % (
-            ENOUGH_PASSES, listed)
+        why = 'the largest that the budget trains for %d passes or more%s (passes: %s%s)' % (
+            ENOUGH_PASSES, ' and %d steps' % ENOUGH_STEPS if short else '', listed, steps)
     else:
-        why = ('no size gets %d passes in the budget (passes: %s): the smallest the boxes allow '
-               'buys the most' % (ENOUGH_PASSES, listed))
+        why = ('no size gets %d passes%s in the budget (passes: %s%s): the smallest the boxes '
+               'allow buys the most' % (ENOUGH_PASSES, ' and %d steps' % ENOUGH_STEPS
+                                        if short else '', listed, steps))
     return size, (larger[0] if larger else 0), why

@@ -57,22 +57,40 @@ def test_the_change_is_the_plans_new_steps(plan):
     assert changed.warmup_steps == plan.warmup_steps
 
 
-def test_the_probe_reads_the_first_rate_and_asks_for_a_restart(plan, tmp_path):
+def test_the_probe_reads_the_rate_after_the_freeze_and_asks_for_a_restart(plan, tmp_path):
     probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
     log = tmp_path / 'train_log.jsonl'
-    records = [{'event': 'train', 'step': 5, 'images_per_sec': 3.0, 'time': probe.started + 9},
-               {'event': 'eval', 'step': 10},
-               {'event': 'train', 'step': 20, 'images_per_sec': 20.0, 'time': probe.started + 38}]
+    # The first record holds the first step's one-off cost; the backbone is frozen for 44 steps.
+    records = [{'event': 'train', 'step': 25, 'images_per_sec': 3.0, 'time': probe.started + 35},
+               {'event': 'eval', 'step': 30},
+               {'event': 'train', 'step': 40, 'images_per_sec': 30.0, 'time': probe.started + 40}]
     log.write_text(''.join(json.dumps(r) + '\n' for r in records))
     assert probe('a line without a rate') is False and probe.decision is None
-    # Step 20 at 20 images/s: 8 s of steps, so 30 s of start-up (the table's: load 1). About
-    # 600 s left: 479.33 - (69 x 0.4 + 2.67) = 449.07 s, 11 more intervals: 12 evaluations.
-    assert probe('step 20/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is True
-    assert probe.decision == {'evaluations': 12, 'step': 20, 'rate': 20.0, 'startup': 30.0,
-                              'load': 1.0, 'restart': True}
-    assert probe('step 40/890 ... images/s') is False  # Decided once.
-    assert 'measured at step 20: 20.0 training images/s (planned 10.0)' in budget.steps_line(
+    assert probe('step 40/890 loss 1.0 ... 30.00 images/s ETA 0:00:10') is False
+    assert probe.decision is None
+    records.append({'event': 'train', 'step': 50, 'images_per_sec': 20.0,
+                    'time': probe.started + 50})
+    log.write_text(''.join(json.dumps(r) + '\n' for r in records))
+    # Step 50 at 20 images/s: 20 s of steps, so 30 s of start-up (the table's: load 1). About
+    # 600 s left: 600 - 90.67 - 30 = 479.33 - (39 x 0.4 + 2.67) = 461.07 s, 12 more intervals
+    # of 89 x 8 / 20 + 2.67 = 38.27 s: 13 evaluations; without the restart's 30 s also 13.
+    assert probe('step 50/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is True
+    assert probe.decision == {'evaluations': 13, 'step': 50, 'rate': 20.0, 'startup': 30.0,
+                              'load': 1.0, 'fit': 13, 'restart': True}
+    assert probe('step 75/890 ... images/s') is False  # Decided once.
+    assert 'measured at step 50: 20.0 training images/s (planned 10.0)' in budget.steps_line(
         plan, probe.decision)
+
+
+def test_fewer_steps_restart_only_when_the_overrun_costs_more_than_a_restart(plan):
+    # The plan's 10 evaluations; (after a restart, without one).
+    assert not budget.worth_restarting(plan, 8, 9)  # Overruns by 1; the restart costs 1.
+    assert budget.worth_restarting(plan, 6, 7)  # Overruns by 3.
+    assert budget.worth_restarting(plan, 12, 13) and not budget.worth_restarting(plan, 10, 11)
+    line = budget.steps_line(plan, {'evaluations': 8, 'fit': 9, 'step': 50, 'rate': 8.0,
+                                    'startup': 30.0, 'load': 1.0, 'restart': False})
+    assert line.endswith('about 801 of the planned 890 steps fit; a restart would cost more '
+                         'than the rest: the time budget stops training')
 
 
 def test_steps_asked_with_the_flag_stay(plan):
@@ -129,10 +147,10 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
 
 
 def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
-    # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33, an
-    # evaluation 5.33 and the rate 5 images/s: 500 - 181.33 - 60 = 258.67 s; an interval
-    # 89 x 8 / 5 + 5.33 = 147.73 s: 1 of them.
+    # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33 and an
+    # evaluation 5.33; the rate stays the table's 10 images/s (the first steps measure it):
+    # 500 - 181.33 - 60 = 258.67 s; an interval 89 x 8 / 10 + 5.33 = 76.53 s: 3 of them.
     runner = _Runner(_written(plan, tmp_path), 72.0)
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
-    assert corrected.evaluations == 1 and corrected.images_per_second == 5.0
+    assert corrected.evaluations == 3 and corrected.images_per_second == 10.0
     assert '2.0 times the estimate' in runner.said[0]

@@ -62,6 +62,34 @@ def test_few_photos_keep_the_full_size_and_widen_the_jitter():
     assert '40 photos seen about 404 times' in dict(plan.reasons)['augmentation']
 
 
+def test_few_photos_in_a_short_budget_train_small_for_enough_steps():
+    """The same 40 photos in 6 min: data 2 x 5 + 50 / 20 + 20 = 32.5 s and start-up 30 at
+    every size. At 256 px (15 images/s) whole photos + export 20 + 10 / 45 + 70 = 90.22 s,
+    evaluations 2.22 s: 360 - 152.72 = 207.28 s, 388 steps, then with 7 evaluations (15.56 s)
+    359 steps, 72 passes; at 192 px 557 steps, 111 passes; at 128 px (40 images/s) 932 steps,
+    186 passes; at 320 px 247, 49. Three sizes get 50 passes but none 1000 steps, too few for
+    the random heads: the smallest the boxes allow (a 160 px box is 25% of its photo: 32 px at
+    128). Trying 192 costs 30 + 55 x 8 / 24 + 2.14 + 30 = 80.5 s, over 25% of 932 x 8 / 40 =
+    186 s: no search. 10 evaluations of 93: 930 steps."""
+    plan = plan_lib.make_plan(FEW_PHOTOS, ROOMY,
+                              plan_lib.Request(weights=LITE0_PTH, max_minutes=6), table=TABLE)
+    assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
+        128, 930, 93, ())
+    reasons = dict(plan.reasons)
+    assert ('no size gets 50 passes and 1000 steps in the budget (passes: 128 px 186, 192 px '
+            '111, 256 px 72, 320 px 49; steps: 128 px 932, 192 px 557, 256 px 359, 320 px 247)'
+            in reasons['image size'])
+    assert reasons['search'].startswith('none: trying 192 px beside 128 would cost 1.3 min')
+
+
+def test_enough_passes_and_steps_pick_the_largest_size_that_has_both():
+    trained = {128: (400, 2500), 192: (120, 1200), 256: (60, 700), 320: (30, 400)}
+    size, other, why = sizing.choose(128, 320, trained.get)
+    assert (size, other) == (192, 256)
+    assert why.startswith('the largest that the budget trains for 50 passes or more and 1000 '
+                          'steps (passes: 128 px 400, 192 px 120, 256 px 60, 320 px 30; steps: ')
+
+
 def test_many_classes_and_photos_in_a_short_budget_train_small_without_a_search():
     """2000 photos of 256 px, 20 classes, random weights, 10 min: data 2 x 5 + 2200 / 20 + 20
     = 140 s. At 128 px (40 images/s) whole photos + export 20 + 200 / 120 + 70 = 91.67 s,

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import time
 
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
@@ -36,14 +37,17 @@ def load_factor(measured_startup, planned_startup) -> float:
     return min(LOAD_RANGE[1], max(LOAD_RANGE[0], measured_startup / planned_startup))
 
 
-def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=1.0) -> int:
+def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=1.0,
+                          per_evaluation=None) -> int:
     """The evaluations (of plan.eval_interval steps each) that fit `seconds_left` from `step`
     on at `rate` training images/s, after a restart of `restart_seconds` (0: none), the
-    remaining evaluations and the whole-photo evaluation with the export (the plan's
-    estimates times `load`); at least one more than those done."""
+    remaining evaluations (`per_evaluation` seconds each when measured) and the whole-photo
+    evaluation with the export (the plan's estimates times `load`); at least one more than
+    those done."""
     parts = dict(plan.seconds)
     final = parts['whole photos + export'] * load
-    per_evaluation = parts['evaluations'] / max(1, plan.evaluations) * load
+    if per_evaluation is None:
+        per_evaluation = parts['evaluations'] / max(1, plan.evaluations) * load
     per_interval = plan.eval_interval * plan.global_batch / rate + per_evaluation
     spare = seconds_left - final - restart_seconds
     # The interval in progress finishes first (its evaluation too).
@@ -66,22 +70,29 @@ def worth_changing(plan, evaluations) -> bool:
             > TOLERANCE * plan.steps)
 
 
-def _train_records(model_dir, since):
-    """main.py's 'train' records in model_dir's log written after `since` (time.time())."""
+def _log(model_dir):
     try:
         with open(os.path.join(model_dir, 'train_log.jsonl')) as stream:
-            records = [json.loads(line) for line in stream if '"train"' in line]
+            return [json.loads(line) for line in stream if '"event"' in line]
     except (OSError, ValueError):
         return []
-    return [r for r in records if r.get('event') == 'train' and r.get('time', 0) >= since]
+
+
+def _train_records(model_dir, since, log=None):
+    """main.py's 'train' records in model_dir's log written after `since` (time.time())."""
+    return [r for r in (_log(model_dir) if log is None else log)
+            if r.get('event') == 'train' and r.get('time', 0) >= since]
 
 
 class RateProbe:
-    """A stop_when for runner.command: reads main.py's rate PROBE_STEPS steps in, the backbone
-    unfrozen and the first record skipped, decides the evaluations that fit, and answers True
-    (stop and restart) when a restart is worth its cost (module docstring). `decision` then
-    holds {'evaluations', 'step', 'rate', 'startup', 'load', 'restart', 'fit'}: 'fit' the
-    evaluations that fit without a restart."""
+    """A stop_when for runner.command: once main.py has logged a rate PROBE_STEPS steps in,
+    past the frozen backbone's steps and past its first evaluation, measures over the records
+    since its first (which holds the first step's one-off cost) the training rate (their
+    median images/s), the start-up and an evaluation's seconds (the window's time less its
+    steps'), decides the evaluations that fit, and answers True (stop and restart) when a
+    restart is worth its cost (module docstring). `decision` then holds {'evaluations',
+    'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
+    that fit without a restart."""
 
     def __init__(self, plan, model_dir, deadline, first_step):
         self.plan, self.model_dir, self.deadline = plan, model_dir, deadline
@@ -92,28 +103,44 @@ class RateProbe:
         self.started = time.time()
         self.decision = None
 
+    def _window(self):
+        """(first record, last record, [rates], evaluations between) or None."""
+        log = _log(self.model_dir)
+        logged = [r for r in _train_records(self.model_dir, self.started, log)
+                  if r.get('images_per_sec')]
+        if len(logged) < 2:
+            return None
+        first = logged[0]
+        evaluated = [r['step'] for r in log if r.get('event') == 'eval'
+                     and r.get('step', 0) > first['step']]
+        for index, record in enumerate(logged[1:], 1):
+            between = [step for step in evaluated if step < record['step']]
+            if record['step'] >= self.from_step and between:
+                return first, record, [r['images_per_sec'] for r in logged[1:index + 1]], between
+        return None
+
     def __call__(self, line):
         if self.decision is not None or 'images/s' not in line:
             return False
-        logged = [r for r in _train_records(self.model_dir, self.started)
-                  if r.get('images_per_sec')]
-        records = [r for r in logged[1:] if r['step'] >= self.from_step]
-        if not records:
+        window = self._window()
+        if window is None:
             return False
-        record = records[0]
+        first, record, rates, between = window
+        rate = statistics.median(rates)
+        batch = self.plan.global_batch
         # Start-up: the process's start to its first step, less the steps logged since.
-        steps_run = record['step'] - self.first_step
-        startup = max(1.0, record['time'] - self.started
-                      - steps_run * self.plan.global_batch / record['images_per_sec'])
+        startup = max(1.0, first['time'] - self.started
+                      - (first['step'] - self.first_step) * batch / rate)
+        evaluation = max(0.0, record['time'] - first['time']
+                         - (record['step'] - first['step']) * batch / rate) / len(between)
         load = load_factor(startup, self.plan.startup_seconds)
         left = self.deadline - time.time()
-        fit = corrected_evaluations(self.plan, left, record['step'], record['images_per_sec'], 0.0,
-                                    load)
-        evaluations = corrected_evaluations(
-            self.plan, left, record['step'], record['images_per_sec'], startup, load)
+        fit, evaluations = (corrected_evaluations(self.plan, left, record['step'], rate, restart,
+                                                  load, evaluation)
+                            for restart in (0.0, startup))
         self.decision = {'evaluations': evaluations, 'step': record['step'],
-                         'rate': round(record['images_per_sec'], 2),
-                         'startup': round(startup, 1), 'load': round(load, 2), 'fit': fit,
+                         'rate': round(rate, 2), 'startup': round(startup, 1),
+                         'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
                          'restart': worth_restarting(self.plan, evaluations, fit)}
         return self.decision['restart']
 
@@ -141,10 +168,14 @@ def steps_line(plan, decision) -> str:
                    'rest: the time budget stops training' % (fit * plan.eval_interval, plan.steps))
     else:
         verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
+    evaluation = ('' if decision.get('evaluation') is None else
+                  ', an evaluation %.1f s (planned %.1f)' % (
+                      decision['evaluation'], dict(plan.seconds)['evaluations']
+                      / max(1, plan.evaluations)))
     return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
-            '(planned %.0f; other stages' ' estimated x%.2f): %s' % (
+            '(planned %.0f; the end estimated x%.2f)%s: %s' % (
                 decision['step'], decision['rate'], plan.images_per_second, decision['startup'],
-                plan.startup_seconds, decision['load'], verdict))
+                plan.startup_seconds, decision['load'], evaluation, verdict))
 
 
 def with_evaluations(plan, evaluations, why):

@@ -57,29 +57,33 @@ def test_the_change_is_the_plans_new_steps(plan):
     assert changed.warmup_steps == plan.warmup_steps
 
 
-def test_the_probe_reads_the_rate_after_the_freeze_and_asks_for_a_restart(plan, tmp_path):
+def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_path):
     probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
     log = tmp_path / 'train_log.jsonl'
-    # The first record holds the first step's one-off cost; the backbone is frozen for 44 steps.
-    records = [{'event': 'train', 'step': 25, 'images_per_sec': 3.0, 'time': probe.started + 35},
-               {'event': 'eval', 'step': 30},
-               {'event': 'train', 'step': 40, 'images_per_sec': 30.0, 'time': probe.started + 40}]
-    log.write_text(''.join(json.dumps(r) + '\n' for r in records))
+
+    def logged(*records):
+        log.write_text(''.join(json.dumps(r) + '\n' for r in records))
+
+    # The first record holds the first step's one-off cost (its rate is not used); the backbone
+    # is frozen for 44 steps; the first evaluation is at step 50.
+    first = {'event': 'train', 'step': 25, 'images_per_sec': 3.0, 'time': probe.started + 40}
+    at_50 = {'event': 'train', 'step': 50, 'images_per_sec': 20.0, 'time': probe.started + 50}
+    logged(first, at_50)
     assert probe('a line without a rate') is False and probe.decision is None
-    assert probe('step 40/890 loss 1.0 ... 30.00 images/s ETA 0:00:10') is False
-    assert probe.decision is None
-    records.append({'event': 'train', 'step': 50, 'images_per_sec': 20.0,
-                    'time': probe.started + 50})
-    log.write_text(''.join(json.dumps(r) + '\n' for r in records))
-    # Step 50 at 20 images/s: 20 s of steps, so 30 s of start-up (the table's: load 1). About
-    # 600 s left: 600 - 90.67 - 30 = 479.33 - (39 x 0.4 + 2.67) = 461.07 s, 12 more intervals
-    # of 89 x 8 / 20 + 2.67 = 38.27 s: 13 evaluations; without the restart's 30 s also 13.
-    assert probe('step 50/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is True
-    assert probe.decision == {'evaluations': 13, 'step': 50, 'rate': 20.0, 'startup': 30.0,
-                              'load': 1.0, 'fit': 13, 'restart': True}
-    assert probe('step 75/890 ... images/s') is False  # Decided once.
-    assert 'measured at step 50: 20.0 training images/s (planned 10.0)' in budget.steps_line(
-        plan, probe.decision)
+    assert probe('step 50/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is False  # No evaluation
+    logged(first, at_50, {'event': 'eval', 'step': 50},
+           {'event': 'train', 'step': 75, 'images_per_sec': 20.0, 'time': probe.started + 63})
+    # 20 images/s (the median of 20 and 20): 0.4 s a step. Start-up 40 - 25 x 0.4 = 30 s (the
+    # table's: load 1); the evaluation 63 - 40 - 50 x 0.4 = 3 s. About 600 s left: 600 - 90.67 =
+    # 509.33 - (14 x 0.4 + 3) = 500.73 s, 12 more intervals of 89 x 0.4 + 3 = 38.6 s: 13
+    # evaluations; after the restart's 30 s, 470.73 / 38.6: 12 more, 13 too.
+    assert probe('step 75/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is True
+    assert probe.decision == {'evaluations': 13, 'step': 75, 'rate': 20.0, 'startup': 30.0,
+                              'evaluation': 3.0, 'load': 1.0, 'fit': 13, 'restart': True}
+    assert probe('step 100/890 ... images/s') is False  # Decided once.
+    assert ('measured at step 75: 20.0 training images/s (planned 10.0), start-up 30 s '
+            '(planned 30; the end estimated x1.00), an evaluation 3.0 s (planned 2.7): 1157 '
+            'steps instead of 890') in budget.steps_line(plan, probe.decision)
 
 
 def test_fewer_steps_restart_only_when_the_overrun_costs_more_than_a_restart(plan):

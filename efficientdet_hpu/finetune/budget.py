@@ -239,7 +239,7 @@ def before_training(runner, plan, deadline, step, spent):
         left / 60.0, rate, ' (measured)' if measured else '') + (
             '; they took %.1f min, %.1f times the estimate: the start-up, evaluations and '
             'export estimated as slow' % (
-                spent / 60.0, load) if load != 1.0 else ''))
+                spent / 60.0, load) if abs(load - 1.0) >= 0.05 else ''))
     corrected = dataclasses.replace(with_evaluations(plan, evaluations, why),
                                     images_per_second=rate)
     runner.say('  %d steps instead of %d: %s' % (corrected.steps, plan.steps, why))

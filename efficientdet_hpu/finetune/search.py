@@ -29,15 +29,23 @@ MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up 
 SEARCH_SHARE = 0.25
 
 
+# Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise).
+SCORE_DECIMALS = 3
+
+
+def _rounded(value):
+    return round(value, SCORE_DECIMALS)
+
+
 def successive_halving(names, score, rungs):
     """Runs the rungs: every name alive is scored (score(name, rung) -> float), the better half
-    (at least one) goes on, ties kept in `names`' order. Returns (winner, [(rung, name,
-    score)])."""
+    (at least one) goes on, ties (to SCORE_DECIMALS) kept in `names`' order. Returns (winner,
+    [(rung, name, score)])."""
     alive, history = list(names), []
     for rung in range(rungs):
         scored = [(score(name, rung), index, name) for index, name in enumerate(alive)]
         history += [(rung, name, value) for value, _, name in scored]
-        ranked = sorted(scored, key=lambda item: (-item[0], item[1]))
+        ranked = sorted(scored, key=lambda item: (-_rounded(item[0]), item[1]))
         alive = [name for _, _, name in ranked[:max(1, len(alive) // 2)]]
         if len(alive) == 1:
             break
@@ -130,7 +138,8 @@ def result_line(results, winner) -> str:
     others = [r for r in results if r['name'] != winner]
     best = next(r for r in results if r['name'] == winner)
     why = ('the higher AP50 at the same share of its run' if all(
-        best['AP50'] > r['AP50'] for r in others) else 'a tie, which goes to the plan\'s own')
+        _rounded(best['AP50']) > _rounded(r['AP50']) for r in others)
+           else 'a tie, which goes to the plan\'s own')
     return 'tried %s; %s goes on: %s' % (tried, winner, why)
 
 

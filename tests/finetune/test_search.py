@@ -36,6 +36,14 @@ def test_a_tie_goes_to_the_first_the_plans_own():
     winner, _ = search.successive_halving(['own', 'other'],
                                           lambda name, rung: 0.5, 1)
     assert winner == 'own'
+    # Equal to the three decimals printed: noise, a tie (classes-20 in the suite printed 0.000
+    # against 0.000, and the other size went on).
+    noise = {'own': 0.0001, 'other': 0.0004}
+    winner, _ = search.successive_halving(['own', 'other'], lambda name, rung: noise[name], 1)
+    assert winner == 'own'
+    results = [{'name': 'own', 'AP50': 0.0001, 'step': 15, 'of_steps': 150, 'minutes': 1.2},
+               {'name': 'other', 'AP50': 0.0004, 'step': 9, 'of_steps': 90, 'minutes': 1.2}]
+    assert search.result_line(results, 'own').endswith("a tie, which goes to the plan's own")
 
 
 def test_rungs_take_the_candidates_down_to_one():

@@ -72,18 +72,26 @@ def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_p
     assert probe('a line without a rate') is False and probe.decision is None
     assert probe('step 50/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is False  # No evaluation
     logged(first, at_50, {'event': 'eval', 'step': 50},
-           {'event': 'train', 'step': 75, 'images_per_sec': 20.0, 'time': probe.started + 63})
+           {'event': 'train', 'step': 75, 'images_per_sec': 20.0, 'time': probe.started + 62})
     # 20 images/s (the median of 20 and 20): 0.4 s a step. Start-up 40 - 25 x 0.4 = 30 s (the
-    # table's: load 1); the evaluation 63 - 40 - 50 x 0.4 = 3 s. About 600 s left: 600 - 90.67 =
-    # 509.33 - (14 x 0.4 + 3) = 500.73 s, 12 more intervals of 89 x 0.4 + 3 = 38.6 s: 13
-    # evaluations; after the restart's 30 s, 470.73 / 38.6: 12 more, 13 too.
+    # table's: load 1); the evaluation 62 - 40 - 50 x 0.4 = 2 s. About 600 s left: 600 - 90.67 =
+    # 509.33 - (14 x 0.4 + 2) = 501.73 s, 13 more intervals of 89 x 0.4 + 2 = 37.6 s: 14
+    # evaluations fit; after the restart's 30 s, 471.73 / 37.6: 12 more, 13.
     assert probe('step 75/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is True
     assert probe.decision == {'evaluations': 13, 'step': 75, 'rate': 20.0, 'startup': 30.0,
-                              'evaluation': 3.0, 'load': 1.0, 'fit': 13, 'restart': True}
+                              'evaluation': 2.0, 'load': 1.0, 'fit': 14, 'restart': True}
     assert probe('step 100/890 ... images/s') is False  # Decided once.
     assert ('measured at step 75: 20.0 training images/s (planned 10.0), start-up 30 s '
-            '(planned 30; the end estimated x1.00), an evaluation 3.0 s (planned 2.7): 1157 '
+            '(planned 30; the end estimated x1.00), an evaluation 2.0 s (planned 2.7): 1157 '
             'steps instead of 890') in budget.steps_line(plan, probe.decision)
+    # An evaluation measured at 6 s (66 - 40 - 20) holds the first one's graph: the table's
+    # 2.67 s caps it.
+    capped = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
+    capped.started = probe.started
+    logged(first, at_50, {'event': 'eval', 'step': 50},
+           {'event': 'train', 'step': 75, 'images_per_sec': 20.0, 'time': probe.started + 66})
+    capped('step 75/890 ... images/s')
+    assert capped.decision['evaluation'] == 2.7
 
 
 def test_fewer_steps_restart_only_when_the_overrun_costs_more_than_a_restart(plan):

@@ -26,6 +26,8 @@ import statistics
 import time
 
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
+# The run's rate off the one its steps were set from by more than this: the machine changed.
+TOLERANCE_RATE = 0.1
 PROBE_STEPS = 10  # The rate is read from the first log record at least this many steps in.
 LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.
 
@@ -264,13 +266,22 @@ def after_probe(runner, plan, decision):
     return corrected
 
 
-def used_line(minutes, max_minutes, ended) -> str:
-    """The closing line: how much of the budget the run used, and why less when it did."""
+def used_line(minutes, max_minutes, ended, rates=None) -> str:
+    """The closing line: how much of the budget the run used, and why less or more when it did.
+    `rates`: {'planned', 'measured'} training images/s: the rate the steps were last set from,
+    and the run's median."""
     share = minutes / max_minutes
     line = '  budget: %.1f of %g min used (%.0f%%)' % (minutes, max_minutes, 100 * share)
+    planned, measured = (rates or {}).get('planned'), (rates or {}).get('measured')
     if ended == 'early stop' and share < 0.9:
         line += '; training ended early: the AP stopped rising (early stop)'
     elif share > 1.1 or share < 0.9:
-        line += '; outside 10%%: the stages took %s than the estimates and the first steps ' \
-                'said' % ('longer' if share > 1 else 'less time')
+        changed = planned and measured and abs(measured / planned - 1.0) > TOLERANCE_RATE
+        if changed:
+            line += ('; outside 10%%: training ran at %.1f images/s, against the %.1f measured '
+                     'when its steps were set: the machine got %s after that measurement' % (
+                         measured, planned, 'faster' if measured > planned else 'slower'))
+        else:
+            line += ('; outside 10%%: the stages took %s than the estimates and the first '
+                     'steps said' % ('longer' if share > 1 else 'less time'))
     return line

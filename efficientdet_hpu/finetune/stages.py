@@ -307,5 +307,5 @@ def _run(runner, options, after_plan=None):
     runner.say('\n'.join(report.table(summary)))
     if options.max_minutes:
         runner.say(budget.used_line(summary['minutes'], options.max_minutes,
-                                    summary['training_ended']))
+                                    summary['training_ended'], summary.get('images_per_second')))
     return summary

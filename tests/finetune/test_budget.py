@@ -119,6 +119,12 @@ def test_the_closing_line_says_how_much_of_the_budget_was_used():
     assert budget.used_line(12.0, 20, 'early stop').endswith(
         'training ended early: the AP stopped rising (early stop)')
     assert 'outside 10%: the stages took longer' in budget.used_line(23.0, 20, 'completed')
+    # The machine got faster after the steps were set (another job ended): said, with both rates.
+    assert budget.used_line(3.3, 4, 'completed', {'planned': 36.55, 'measured': 55.17}).endswith(
+        'outside 10%: training ran at 55.2 images/s, against the 36.5 measured when its steps '
+        'were set: the machine got faster after that measurement')
+    assert 'the stages took less time' in budget.used_line(
+        3.3, 4, 'completed', {'planned': 50.0, 'measured': 52.0})
 
 
 class _Runner:

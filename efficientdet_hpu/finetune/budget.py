@@ -6,16 +6,18 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    evaluations, as plan.yaml gives main.py); their time against the estimate
                    scales the estimates of the start-up, evaluations and export (Python and
                    files, as they are), not the training rate (the first steps measure it)
-  first steps      main.py's logged rate (images/s) once the backbone is unfrozen, skipping
-                   its first record (which holds the first step's one-off cost), and its
-                   start-up against the cost table's. More steps fit: when they add more than
-                   TOLERANCE of the plan's, training is stopped (SIGTERM: a checkpoint),
-                   plan.yaml gets the new number of evaluations and main.py resumes from the
-                   checkpoint. Fewer fit: the same, unless the planned steps overrun the
-                   budget by less than a restart costs; then the time budget stops training
-                   (a checkpoint) a little before the plan's last step. The start-up's ratio to
-                   the table's scales the estimate of the evaluations and of the whole-photo
-                   evaluation with the export (a busier or slower machine slows them alike)
+  first steps      once main.py is PROBE_STEPS steps in, past the frozen backbone's steps
+                   and past its first evaluation: its rate (the median over its records but
+                   the first, which holds the first step's one-off cost), its start-up and an
+                   evaluation's seconds (at most the table's) against the cost table's. More
+                   steps fit: when they add more than TOLERANCE of the plan's, training is
+                   stopped (SIGTERM: a checkpoint), plan.yaml gets the new number of
+                   evaluations and main.py resumes from the checkpoint. Fewer fit: the same,
+                   unless the planned steps overrun the budget by less than a restart costs;
+                   then the time budget stops training (a checkpoint) a little before the
+                   plan's last step. The start-up's ratio to the table's scales the estimate of
+                   the whole-photo evaluation with the export (a busier or slower machine slows
+                   them alike)
 The arithmetic is pure (`corrected_evaluations`); RateProbe reads main.py's train_log.jsonl.
 """
 import dataclasses
@@ -39,6 +41,11 @@ def load_factor(measured_startup, planned_startup) -> float:
     return min(LOAD_RANGE[1], max(LOAD_RANGE[0], measured_startup / planned_startup))
 
 
+def planned_evaluation_seconds(plan) -> float:
+    """One evaluation's seconds as the plan estimates them."""
+    return dict(plan.seconds)['evaluations'] / max(1, plan.evaluations)
+
+
 def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=1.0,
                           per_evaluation=None) -> int:
     """The evaluations (of plan.eval_interval steps each) that fit `seconds_left` from `step`
@@ -49,7 +56,7 @@ def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=
     parts = dict(plan.seconds)
     final = parts['whole photos + export'] * load
     if per_evaluation is None:
-        per_evaluation = parts['evaluations'] / max(1, plan.evaluations) * load
+        per_evaluation = planned_evaluation_seconds(plan) * load
     per_interval = plan.eval_interval * plan.global_batch / rate + per_evaluation
     spare = seconds_left - final - restart_seconds
     # The interval in progress finishes first (its evaluation too).
@@ -138,8 +145,7 @@ class RateProbe:
         # measured figure is an upper bound, so the table's (times the load) caps it.
         evaluation = min(max(0.0, record['time'] - first['time']
                              - (record['step'] - first['step']) * batch / rate) / len(between),
-                         dict(self.plan.seconds)['evaluations'] / max(1, self.plan.evaluations)
-                         * load)
+                         planned_evaluation_seconds(self.plan) * load)
         left = self.deadline - time.time()
         fit, evaluations = (corrected_evaluations(self.plan, left, record['step'], rate, restart,
                                                   load, evaluation)
@@ -176,8 +182,7 @@ def steps_line(plan, decision) -> str:
         verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
     evaluation = ('' if decision.get('evaluation') is None else
                   ', an evaluation %.1f s (planned %.1f)' % (
-                      decision['evaluation'], dict(plan.seconds)['evaluations']
-                      / max(1, plan.evaluations)))
+                      decision['evaluation'], planned_evaluation_seconds(plan)))
     return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
             '(planned %.0f; the end estimated x%.2f)%s: %s' % (
                 decision['step'], decision['rate'], plan.images_per_second, decision['startup'],
@@ -189,7 +194,7 @@ def with_evaluations(plan, evaluations, why):
     updated (the warm-up, EMA and patience stay: the run may be under way)."""
     steps = evaluations * plan.eval_interval
     parts = dict(plan.seconds)
-    parts['evaluations'] = parts['evaluations'] / max(1, plan.evaluations) * evaluations
+    parts['evaluations'] = planned_evaluation_seconds(plan) * evaluations
     parts['training'] = steps * plan.global_batch / plan.images_per_second
     reasons = tuple((topic, '%d steps of %d images: %s' % (steps, plan.global_batch, why))
                     if topic == 'steps' else (topic, text) for topic, text in plan.reasons)

@@ -19,9 +19,10 @@ TEST_WORKERS ?= 2
 venv:
 	@VENV=$(VENV) exec bash tools/setup_env.sh
 
-# --durations: the 30 slowest tests at the end of the output, where the suite's time goes.
+# tools/run_tests.sh: the suite on TEST_WORKERS processes, then the tests marked `alone` by
+# themselves (a run held to its time budget); the 30 slowest tests named, where the time goes.
 test: venv
-	exec $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests
+	@PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) exec bash tools/run_tests.sh
 
 # ~2 min on 2 cores: the suite minus `slow` tests (TensorFlow/mpirun processes, training, full-size nets).
 test-fast: venv

@@ -306,14 +306,15 @@ def _pump(process, on_line, deadline, stop_at=None, stop_signal=signal.SIGTERM,
           stop_when=None):
     """Reads the child's output into on_line until every writer has closed the pipe; sends
     stop_signal once at stop_at (time.monotonic()) or after a line for which stop_when(line)
-    is true; raises subprocess.TimeoutExpired at deadline. Returns True when it sent the
-    signal."""
+    is true (stop_at may be a function, asked again at each poll); raises
+    subprocess.TimeoutExpired at deadline. Returns True when it sent the signal."""
     descriptor, pending, stopped = process.stdout.fileno(), b'', False
     while True:
         now = time.monotonic()
         if now >= deadline:
             raise subprocess.TimeoutExpired(process.args, deadline)
-        if stop_at is not None and not stopped and now >= stop_at:
+        if stop_at is not None and not stopped and now >= (stop_at() if callable(stop_at)
+                                                            else stop_at):
             process.send_signal(stop_signal)
             stopped = True
         enforce_stop_deadline(process)
@@ -341,7 +342,8 @@ def run_streaming(command, timeout, on_line, cwd=None, env=None, stop_after=None
     (exit status, True when it was asked to stop).
 
     stop_after: seconds after which the child is sent `stop_signal` once (a soft deadline: a
-    training run then checkpoints and exits); `timeout` is the hard deadline, past which the
+    training run then checkpoints and exits), or a function returning them, asked again as the
+    child runs (a stop that what the child reports moves); `timeout` is the hard deadline, past which the
     whole session is killed and subprocess.TimeoutExpired raised. stop_when: a function of
     each line; the first line it is true for sends `stop_signal` too. Inside stops_forwarded a
     stop signal is passed on to the child (which does not get the terminal's in its own
@@ -356,9 +358,10 @@ def run_streaming(command, timeout, on_line, cwd=None, env=None, stop_after=None
                                 start_new_session=True)
     with watch(begin, command, _end_session) as process:
         try:
-            stopped = _pump(process, on_line, start + timeout,
-                            None if stop_after is None else start + stop_after, stop_signal,
-                            stop_when)
+            stop_at = (None if stop_after is None
+                       else (lambda: start + stop_after()) if callable(stop_after)
+                       else start + stop_after)
+            stopped = _pump(process, on_line, start + timeout, stop_at, stop_signal, stop_when)
             while True:  # The pipe closed; the child itself may take a moment to exit.
                 try:
                     status = process.wait(POLL_SECONDS)

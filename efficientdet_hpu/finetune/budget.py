@@ -17,7 +17,7 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    then the time budget stops training (a checkpoint) a little before the
                    plan's last step. The start-up's ratio to the table's scales the estimate of
                    the whole-photo evaluation with the export (a busier or slower machine slows
-                   them alike)
+                   them alike), and so moves the time-budget stop (training_stop)
 The arithmetic is pure (`corrected_evaluations`); RateProbe reads main.py's train_log.jsonl.
 """
 import dataclasses
@@ -157,6 +157,19 @@ class RateProbe:
         return self.decision['restart']
 
 
+def training_stop(deadline, final_seconds, probe=None, floor=60.0):
+    """run_streaming's stop_after for training: a function answering the seconds from now to
+    the time-budget stop, which leaves the whole-photo evaluation with the export
+    (`final_seconds`) before the deadline, times the load once `probe` has measured it (a
+    busier machine stops training sooner); at least `floor`."""
+    started = time.time()
+
+    def seconds():
+        load = probe.decision['load'] if probe is not None and probe.decision else 1.0
+        return max(floor, deadline - started - final_seconds * load)
+    return seconds
+
+
 def worth_restarting(plan, evaluations, fit) -> bool:
     """Whether stopping main.py to train `evaluations` evaluations (what fits after a restart)
     beats going on with the plan's, of which `fit` fit the time left without one: more steps
@@ -283,9 +296,11 @@ def used_line(minutes, max_minutes, ended, rates=None) -> str:
     elif share > 1.1 or share < 0.9:
         changed = planned and measured and abs(measured / planned - 1.0) > TOLERANCE_RATE
         if changed:
-            line += ('; outside 10%%: training ran at %.1f images/s, against the %.1f measured '
-                     'when its steps were set: the machine got %s after that measurement' % (
-                         measured, planned, 'faster' if measured > planned else 'slower'))
+            line += ('; outside 10%%: training ran at %.1f images/s, %s than the %.1f its '
+                     'steps were set from (%s)' % (
+                         measured, 'faster' if measured > planned else 'slower', planned,
+                         'a rate still rising when measured, or a machine quieter since'
+                         if measured > planned else 'a machine busier since'))
         else:
             line += ('; outside 10%%: the stages took %s than the estimates and the first '
                      'steps said' % ('longer' if share > 1 else 'less time'))

@@ -132,23 +132,25 @@ def training_stage(runner, plan, deadline):
         runner.say('  ended earlier: step %s, %s' % (record['step'], record['ended']))
         return record
     final = dict(plan.seconds)['whole photos + export']
-    stop_after = (None if deadline is None
-                  else max(MIN_TRAINING_SECONDS, deadline - time.time() - final))
     planned = _remaining(plan, 'start-up') - final
-    timeout = (stop_after if stop_after is not None else 3 * planned + 3600) + GRACE_SECONDS
     start = time.monotonic()
     args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + (
         ['--verbose'] if runner.verbose else [])
     probe = (None if deadline is None else
              budget.RateProbe(plan, layout.model_dir, deadline, latest_step(layout.model_dir)))
+    stop_after = (None if deadline is None
+                  else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS))
+    timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None
+               else 3 * planned + 3600) + GRACE_SECONDS
     _, stopped = runner.command('train', 'train', args, timeout, echo=True,
                                 stop_after=stop_after, stop_when=probe)
     if probe is not None and probe.decision is not None:
         plan = budget.after_probe(runner, plan, probe.decision)
         if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.
-            stop_after = max(60.0, deadline - time.time() - final * probe.decision['load'])
-            _, stopped = runner.command('train', 'train', args, stop_after + GRACE_SECONDS,
-                                        echo=True, stop_after=stop_after)
+            stop_after = budget.training_stop(deadline, final, probe, 60.0)
+            _, stopped = runner.command(
+                'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
+                echo=True, stop_after=stop_after)
     record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0)
     if record['step'] is None:
         raise UserError('training wrote no checkpoint before the time budget ended; give a '

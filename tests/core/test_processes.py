@@ -74,6 +74,26 @@ def test_streaming_soft_deadline_signals_once_and_the_child_finishes_its_work():
     assert time.monotonic() - start < 20
 
 
+def test_a_soft_deadline_given_as_a_function_follows_what_the_child_reports():
+    """As the fine-tune's time-budget stop once its probe has read the machine's load: the stop
+    moves earlier when a line the child writes says so."""
+    lines, moved = [], {}
+
+    def on_line(line):
+        lines.append(line)
+        if line == 'slow machine':
+            moved['stop'] = 0.5
+    code = ('import signal, sys, time\n'
+            'signal.signal(signal.SIGTERM, lambda *a: (print("saved", flush=True), sys.exit(143)))\n'
+            'print("slow machine", flush=True)\n'
+            'time.sleep(60)\n')
+    start = time.monotonic()
+    status, stopped = processes.run_streaming([sys.executable, '-c', code], 60, on_line,
+                                              stop_after=lambda: moved.get('stop', 45.0))
+    assert (status, stopped, lines) == (143, True, ['slow machine', 'saved'])
+    assert time.monotonic() - start < 20  # Not the 45 s first asked.
+
+
 def test_streaming_hard_deadline_kills_the_session():
     lines = []
     start = time.monotonic()

@@ -114,15 +114,35 @@ def test_steps_asked_with_the_flag_stay(plan):
     assert not budget.worth_changing(asked, 13)
 
 
+def test_the_time_budget_stop_leaves_the_end_times_the_load_the_probe_measured():
+    """training_stop: the seconds to the stop, the end's estimate before the deadline; once the
+    probe has a decision, that estimate times its load (a busy machine stops sooner)."""
+    class _Probe:
+        decision = None
+    probe = _Probe()
+    deadline = time.time() + 600.0
+    stop = budget.training_stop(deadline, 60.0, probe, floor=100.0)
+    assert 539.0 < stop() <= 540.0  # Before a decision: the estimate as it is.
+    probe.decision = {'load': 2.0}
+    assert 479.0 < stop() <= 480.0
+    probe.decision = {'load': 0.5}
+    assert 569.0 < stop() <= 570.0
+    assert budget.training_stop(time.time() + 120.0, 60.0, None, floor=100.0)() == 100.0
+
+
 def test_the_closing_line_says_how_much_of_the_budget_was_used():
     assert budget.used_line(19.4, 20, 'completed') == '  budget: 19.4 of 20 min used (97%)'
     assert budget.used_line(12.0, 20, 'early stop').endswith(
         'training ended early: the AP stopped rising (early stop)')
     assert 'outside 10%: the stages took longer' in budget.used_line(23.0, 20, 'completed')
-    # The machine got faster after the steps were set (another job ended): said, with both rates.
+    # Training ran faster than the rate its steps were set from (the first steps' rate still
+    # rising, or another job ended since): said, with both rates; slower, the other way round.
     assert budget.used_line(3.3, 4, 'completed', {'planned': 36.55, 'measured': 55.17}).endswith(
-        'outside 10%: training ran at 55.2 images/s, against the 36.5 measured when its steps '
-        'were set: the machine got faster after that measurement')
+        'outside 10%: training ran at 55.2 images/s, faster than the 36.5 its steps were set '
+        'from (a rate still rising when measured, or a machine quieter since)')
+    assert budget.used_line(4.6, 4, 'completed', {'planned': 50.0, 'measured': 40.0}).endswith(
+        'training ran at 40.0 images/s, slower than the 50.0 its steps were set from (a machine '
+        'busier since)')
     assert 'the stages took less time' in budget.used_line(
         3.3, 4, 'completed', {'planned': 50.0, 'measured': 52.0})
 

@@ -88,6 +88,18 @@ def test_make_demo_runs_every_step_with_the_venvs_python(venv, tmp_path):
         'main.py'], steps
 
 
+def test_make_test_runs_the_suite_then_the_tests_held_to_a_budget_alone(venv, tmp_path):
+    """tools/run_tests.sh: the suite on two workers without the `alone` tests, then those
+    without xdist (so nothing else of the suite runs beside them)."""
+    with _make('test', venv, tmp_path, extra_env={'STAND_IN_TRAINS': '0'}) as process:
+        output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    commands = [args for _, args in _commands(venv[1])]
+    assert commands == [
+        '-m pytest -q -n 2 --dist loadfile --durations=30 -m not alone tests',
+        '-m pytest -q -p no:xdist -m alone tests'], commands
+
+
 def test_make_trees_runs_every_step_with_the_venvs_python(venv, tmp_path):
     for folder in ('trees/download/deepforest', 'trees/download/lite0',  # Fetched already.
                    'runs/pretrained/val_photo', 'runs/random/val_photo'):

@@ -25,6 +25,7 @@ def _summary(out):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(1500)
 def test_a_four_minute_budget_ends_within_ten_percent(tmp_path):
     data = make_coco(str(tmp_path / 'data'), count=40)
@@ -37,17 +38,15 @@ def test_a_four_minute_budget_ends_within_ten_percent(tmp_path):
     summary = _summary(out)
     assert 'measured at step' in result.stdout  # The first steps' rate was read.
     assert 'budget: %.1f of 4 min used' % summary['minutes'] in result.stdout
-    # Within 10%; unless the machine's speed changed after the steps were set (the suite's
-    # other worker started or ended a run), which no correction before the end can see: then
-    # the run must say so, and its rates must show it.
+    # Within 10%: never over (the time-budget stop); under only when training ran more than 10%
+    # faster than the rate its steps were set from (the first steps' still rising), which no
+    # correction before the end can see: then the run must say so, with both rates.
     assert summary['minutes'] <= 1.1 * 4, result.stdout[-5000:]  # The deadline stop, always.
-    rates = summary['images_per_second']
-    changed = abs(rates['measured'] / rates['planned'] - 1.0) > 0.1
-    if changed:
-        assert 'the machine got %s after that measurement' % (
-            'faster' if rates['measured'] > rates['planned'] else 'slower') in result.stdout
-    else:
-        assert 0.9 * 4 <= summary['minutes'] <= 1.1 * 4, result.stdout[-5000:]
+    if summary['minutes'] < 0.9 * 4:
+        rates = summary['images_per_second']
+        assert rates['measured'] > 1.1 * rates['planned'], result.stdout[-5000:]
+        assert 'training ran at %.1f images/s, faster than the %.1f its steps were set from' % (
+            rates['measured'], rates['planned']) in result.stdout
 
 
 def _search_table(path):

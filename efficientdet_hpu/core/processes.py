@@ -343,12 +343,12 @@ def run_streaming(command, timeout, on_line, cwd=None, env=None, stop_after=None
 
     stop_after: seconds after which the child is sent `stop_signal` once (a soft deadline: a
     training run then checkpoints and exits), or a function returning them, asked again as the
-    child runs (a stop that what the child reports moves); `timeout` is the hard deadline, past which the
-    whole session is killed and subprocess.TimeoutExpired raised. stop_when: a function of
-    each line; the first line it is true for sends `stop_signal` too. Inside stops_forwarded a
-    stop signal is passed on to the child (which does not get the terminal's in its own
-    session) and Stopped raised once it has ended. No thread: the pipe is read with select, so
-    nothing outlives the call.
+    child runs (a stop that what the child reports moves); `timeout` is the hard deadline,
+    past which the whole session is killed and subprocess.TimeoutExpired raised. stop_when: a
+    function of each line; the first line it is true for sends `stop_signal` too. Inside
+    stops_forwarded a stop signal is passed on to the child (which does not get the
+    terminal's in its own session) and Stopped raised once it has ended. No thread: the pipe
+    is read with select, so nothing outlives the call.
     """
     command, start = list(command), time.monotonic()
 

@@ -101,10 +101,10 @@ class RateProbe:
     steps'), decides the evaluations that fit, and answers True (stop and restart) when a
     restart is worth its cost (module docstring). `decision` then holds {'evaluations',
     'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
-    that fit without a restart."""
+    that fit without a restart. `say`, when given, prints steps_line as soon as it decides."""
 
-    def __init__(self, plan, model_dir, deadline, first_step):
-        self.plan, self.model_dir, self.deadline = plan, model_dir, deadline
+    def __init__(self, plan, model_dir, deadline, first_step, say=None):
+        self.plan, self.model_dir, self.deadline, self.say = plan, model_dir, deadline, say
         self.first_step = first_step or 0
         self.from_step = self.first_step + PROBE_STEPS
         if self.first_step < plan.freeze_steps:  # The frozen steps run at another rate.
@@ -154,6 +154,8 @@ class RateProbe:
                          'rate': round(rate, 2), 'startup': round(startup, 1),
                          'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
                          'restart': worth_restarting(self.plan, evaluations, fit)}
+        if self.say:  # As it is decided, not when training ends.
+            self.say(steps_line(self.plan, self.decision))
         return self.decision['restart']
 
 
@@ -272,8 +274,7 @@ def before_training(runner, plan, deadline, step, spent):
 
 
 def after_probe(runner, plan, decision):
-    """The plan with the probe's evaluations, written; the line said."""
-    runner.say(steps_line(plan, decision))
+    """The plan with the probe's evaluations, written (the probe said its line)."""
     if not decision['restart']:
         return plan
     why = 'corrected at step %d from the measured %.1f images/s and %.0f s start-up' % (

@@ -137,7 +137,8 @@ def training_stage(runner, plan, deadline):
     args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + (
         ['--verbose'] if runner.verbose else [])
     probe = (None if deadline is None else
-             budget.RateProbe(plan, layout.model_dir, deadline, latest_step(layout.model_dir)))
+             budget.RateProbe(plan, layout.model_dir, deadline, latest_step(layout.model_dir),
+                              say=runner.say))
     stop_after = (None if deadline is None
                   else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS))
     timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None

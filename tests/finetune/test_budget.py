@@ -58,7 +58,9 @@ def test_the_change_is_the_plans_new_steps(plan):
 
 
 def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_path):
-    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
+    said = []
+    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
+                             say=said.append)
     log = tmp_path / 'train_log.jsonl'
 
     def logged(*records):
@@ -81,9 +83,11 @@ def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_p
     assert probe.decision == {'evaluations': 13, 'step': 75, 'rate': 20.0, 'startup': 30.0,
                               'evaluation': 2.0, 'load': 1.0, 'fit': 14, 'restart': True}
     assert probe('step 100/890 ... images/s') is False  # Decided once.
+    # Said as it is decided (once), not when training ends.
+    assert said == [budget.steps_line(plan, probe.decision)]
     assert ('measured at step 75: 20.0 training images/s (planned 10.0), start-up 30 s '
             '(planned 30; the end estimated x1.00), an evaluation 2.0 s (planned 2.7): 1157 '
-            'steps instead of 890') in budget.steps_line(plan, probe.decision)
+            'steps instead of 890') in said[0]
     # An evaluation measured at 6 s (66 - 40 - 20) holds the first one's graph: the table's
     # 2.67 s caps it.
     capped = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)

@@ -162,6 +162,16 @@ def _fold_stop(deadline, review, plan, index):
     return deadline - later - rest
 
 
+def _training_line(runner, index, steps, images, plan) -> str:
+    """What a fold's training is about to do, its time and where main.py's output goes (it is
+    not echoed: a fold trains for as long as the fine-tune)."""
+    seconds = plan.startup_seconds + steps * plan.global_batch / plan.images_per_second
+    return ('  fold %d: training %d steps on %d images, about %.0f min (until %s); main.py\'s '
+            'output in %s' % (index, steps, images, seconds / 60.0,
+                              time.strftime('%H:%M', time.localtime(time.time() + seconds)),
+                              os.path.join(runner.layout.logs, 'train-fold-%d.log' % index)))
+
+
 def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
     for fold, steps, images in zip(review.folds, review.steps, review.train_images):
         if fold.index == 0 and trained_finetune:
@@ -176,6 +186,8 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
             predictions.write_recipe(recipe_path, predictions.fold_recipe(
                 runner.layout.plan_yaml, plan, steps, images, patterns, review.max_instances),
                 'python main.py --hparams=%s --model_dir=%s' % (recipe_path, model_dir))
+            if not os.path.exists(layout.fold(fold.index, 'training.json')):  # Not trained yet.
+                runner.say(_training_line(runner, fold.index, steps, images, plan))
             started = time.monotonic()
             training = predictions.train(runner, layout, fold, recipe_path, steps, plan,
                                          _fold_stop(deadline, review, plan, fold.index))

@@ -5,6 +5,7 @@ from the TFRecords themselves), the photos were predicted whole in tiles, the ou
 there and readable, and a rerun is done at once."""
 import json
 import os
+import re
 
 import pytest
 import tensorflow as tf
@@ -102,6 +103,11 @@ def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(ru
     for stage in range(1, 6):
         assert '[%d/5]' % stage in result.stdout
     assert 'tiles of 128 px' in result.stdout
+    for fold in range(3):  # Each fold's training says what it does and where its output goes.
+        assert re.search(r"fold %d: training 2 steps on \d+ images, about \d+ min \(until "
+                         r"\d\d:\d\d\); main.py's output in %s" % (
+                             fold, re.escape(os.path.join(out, 'logs', 'train-fold-%d.log' % fold))),
+                         result.stdout), result.stdout[-3000:]
     with open(os.path.join(out, 'logs', 'predict-fold-1.log')) as stream:
         command = stream.readline()
     assert '--tile_size=128' in command and 'nms_configs.max_output_size=' in command

@@ -28,7 +28,7 @@ import statistics
 import time
 
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
-# The run's rate off the one its steps were set from by more than this: the machine changed.
+# The run's rate off the one its steps were set from by more than this: the closing line says so.
 TOLERANCE_RATE = 0.1
 PROBE_STEPS = 10  # The rate is read from the first log record at least this many steps in.
 LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.

@@ -209,6 +209,9 @@ def test_rates_come_from_the_table_interpolated_and_scaled():
     rate, how = TABLE.images_per_second('efficientdet-lite0', 288, 2)
     assert rate == pytest.approx(15.0 * (288.0 / 256.0) ** slope)
     assert 'interpolated' in how
+    rate, how = TABLE.images_per_second('efficientdet-lite0', 384, 2)
+    assert rate == pytest.approx(10.0 * (384.0 / 320.0) ** slope)
+    assert 'extrapolated from the measured sizes 128-320 px' in how
     # Lite1, not measured: Lite0's rate at the same pixels over the ratio of multiply-adds per
     # pixel, (2.01 / 384^2) / (0.99 / 320^2); at 384 px Lite0's is extrapolated from 256-320.
     lite0_384 = 10.0 * (384.0 / 320.0) ** (2 * slope / 2)
@@ -218,6 +221,22 @@ def test_rates_come_from_the_table_interpolated_and_scaled():
     # Other core counts: linear, said.
     rate, how = TABLE.images_per_second('efficientdet-d0', 512, 4)
     assert rate == pytest.approx(1.13 * 2) and 'assumed linear' in how
+
+
+def test_a_model_measured_at_one_size_follows_the_size_curve_of_the_model_measured_at_most():
+    # D0 is measured at 512 px only. At 256 px: Lite0's rate changes from 256 to 512 px (512
+    # extrapolated from the 256-320 slope) by the same factor, not by the pixels' 4.
+    slope = math.log(10.0 / 15.0) / math.log(320.0 ** 2 / 256.0 ** 2)
+    lite0_512 = 15.0 * (512.0 ** 2 / 256.0 ** 2) ** slope
+    rate, how = TABLE.images_per_second('efficientdet-d0', 256, 2)
+    assert rate == pytest.approx(1.13 * 15.0 / lite0_512)
+    assert rate < 1.13 * 4  # Where pixels alone would put it.
+    assert "scaled from 512 px as efficientdet-lite0's measured rates change" in how
+    # A table of one size per model has no curve: pixels, said.
+    single = costs.Table('test CPU', 2, 'today', (costs.Rate('efficientdet-d0', 512, 1.13, 30.0),),
+                         2.0, 3.0, 5.0, 20.0, 20.0, 20.0, 10.0, 60.0, 'tests')
+    rate, how = single.images_per_second('efficientdet-d0', 256, 2)
+    assert rate == pytest.approx(1.13 * 4) and 'scaled by pixels from 512 px' in how
 
 
 def test_a_table_of_another_machine_is_said():

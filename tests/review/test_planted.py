@@ -106,3 +106,21 @@ def test_the_quick_benchmark_prints_its_table(tmp_path):
     for run in ('planted', 'clean'):
         assert os.path.isfile(tmp_path / 'bench' / run / 'review' / 'summary.json')
     assert 'BENCHMARK {' in result.stdout
+
+
+def test_without_the_clean_set_one_review_runs_and_its_column_stays_empty(tmp_path, monkeypatch):
+    reviewed = []
+
+    def review(settings, data, output_dir, stream):
+        reviewed.append(os.path.basename(output_dir))
+        return [], 2.0
+    monkeypatch.setattr(planted, '_review', review)
+    record = planted.benchmark(planted.settings(str(tmp_path / 'bench'), photos=12, clean=False))
+    assert reviewed == ['planted']
+    assert record['minutes'] == {'planted': 2.0, 'clean': None}
+    for kind in ('dropped', 'swapped', 'shifted'):
+        assert record['table'][kind]['clean'] is None
+        assert record['table'][kind]['planted'] >= 1 and record['table'][kind]['listed'] == 0
+    reviewed.clear()
+    planted.benchmark(planted.settings(str(tmp_path / 'both'), photos=12))
+    assert reviewed == ['planted', 'clean']

@@ -26,7 +26,10 @@ _stop() {  # _stop NAME NUMBER: the trap of each stop signal.
   local now=${EPOCHREALTIME:-${SECONDS}.000000}  # Microseconds (bash 5; else whole seconds).
   now=${now/./}
   if [ -n "$_stop_number" ]; then
-    if [ "$2" = "$_stop_number" ] && (( now - _stop_time < 500000 )); then return; fi
+    # `return 0`, not `return`: in a trap handler bash 5.2 returns the status from before the
+    # trap, an interrupted `wait`'s 128+N, and under the scripts' `set -e` the trap's failing
+    # command ends the script silently while its step still runs.
+    if [ "$2" = "$_stop_number" ] && (( now - _stop_time < 500000 )); then return 0; fi
     if [ -n "$_step_pid" ]; then kill -KILL -- "-$_step_pid" 2>/dev/null || true; fi
     echo "$(basename "$0"): stopped by SIG$1 (a second stop signal: its processes were killed at once); $STOP_KEPT" >&2
     exit $((128 + $2))
@@ -42,6 +45,7 @@ _stop() {  # _stop NAME NUMBER: the trap of each stop signal.
   (sleep "$STOP_GRACE_SECONDS"; kill -KILL -- "-$_step_pid" 2>/dev/null) &
   _watchdog_pid=$!
   disown "$_watchdog_pid"  # No job report when it is killed.
+  return 0
 }
 trap '_stop TERM 15' TERM
 trap '_stop INT 2' INT

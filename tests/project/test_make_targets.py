@@ -172,3 +172,35 @@ def test_make_venv_passes_python_and_venv_to_the_set_up(tmp_path):
     assert process.returncode == 2, output
     assert 'setup_env.sh: error: PYTHON=%s is not a program' % missing in output
     assert not (tmp_path / 'venv310').exists()
+
+
+SCRIPT = '''set -euo pipefail
+STOP_GRACE_SECONDS=30
+source %s
+step bash -c 'trap "sleep 1; echo step: stopped; exit 0" TERM; touch %s; while :; do sleep 0.1; done'
+echo "script: after the step"
+'''
+
+
+def test_the_same_stop_passed_on_again_while_the_step_ends_does_not_end_the_script(tmp_path):
+    """make passes SIGTERM on to a recipe whose process group got it too: the second one,
+    arriving while the script waits for its step, is the same stop. The script still waits
+    for the step and says it stopped (a bare `return` in the handler once ended it silently,
+    exit 143, with the step running)."""
+    ready = tmp_path / 'ready'
+    script = tmp_path / 'script.sh'
+    script.write_text(SCRIPT % (os.path.abspath('tools/stop_signals.sh'), ready))
+    with started(['bash', str(script)], stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT) as process:
+        _wait_for_file(str(ready), 30)
+        members = _session(process.pid)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.15)  # Back in `wait`, within the half second of the same stop.
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        assert _gone(members), output
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert 'step: stopped' in output, output
+    assert output.count('script.sh: stopped by SIGTERM; ') == 1, output
+    assert output.index('step: stopped') < output.index('stopped by SIGTERM'), output
+    assert 'after the step' not in output and 'a second stop signal' not in output, output

@@ -1,0 +1,22 @@
+"""review/report.py: the summary table's warning on weak fold models, at the measured line."""
+from efficientdet_hpu.review import report
+
+
+def _summary(matched, labels=100):
+    return {'photos': 10, 'labels': labels, 'folds': 3, 'matched_labels': matched,
+            'suspected': {'overlooked': 1, 'swap': 2, 'badloc': 3, 'image': 4},
+            'threshold': 0.6, 'minutes': 1.0, 'planned_minutes': 1.0, 'page': 'index.html',
+            'issues_csv': 'issues.csv', 'coco_json': 'review_coco.json', 'fiftyone_line': '-'}
+
+
+def _fold_models(summary):
+    return next(line.split('fold models', 1)[1].strip() for line in report.table(summary)
+                if line.strip().startswith('fold models'))
+
+
+def test_fold_models_finding_fewer_than_four_labels_in_five_are_said_to_be_too_weak():
+    weak = _fold_models(_summary(62))
+    assert weak.startswith('find 62% of the labels (same class, IoU >= 0.5): too few')
+    assert '--steps' in weak and '--weights' in weak
+    assert _fold_models(_summary(80)) == (
+        'find 80% of the labels (same class, IoU >= 0.5)')

@@ -34,8 +34,10 @@ def on_stop(signum, _frame):
         log.write('main.py got %%s\\n' %% signal.Signals(signum).name)
 for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(number, on_stop)
-with open(os.environ['STAND_IN_LOG'] + '.training', 'w') as ready:
-    ready.write(str(os.getpid()))
+ready = os.environ['STAND_IN_LOG'] + '.training'
+with open(ready + '.tmp', 'w') as stream:  # Whole when it appears: the test reads the pid.
+    stream.write(str(os.getpid()))
+os.replace(ready + '.tmp', ready)
 end = time.monotonic() + 60
 while not got and time.monotonic() < end:
     time.sleep(0.05)

@@ -165,7 +165,7 @@ def _fold_stop(deadline, review, plan, index):
 def _training_line(runner, index, steps, images, plan) -> str:
     """What a fold's training is about to do, its time and where main.py's output goes (it is
     not echoed: a fold trains for as long as the fine-tune)."""
-    seconds = plan.startup_seconds + steps * plan.global_batch / plan.images_per_second
+    seconds = plan_lib.training_seconds(plan, steps, _cost_table())  # The review plan's own.
     return ('  fold %d: training %d steps on %d images, about %.0f min (until %s); main.py\'s '
             'output in %s' % (index, steps, images, seconds / 60.0,
                               time.strftime('%H:%M', time.localtime(time.time() + seconds)),

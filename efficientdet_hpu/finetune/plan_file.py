@@ -60,6 +60,7 @@ def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> 
     elif plan.weights.kind == 'detector':
         content['ckpt'] = plan.weights.path
     content.update(image_size=plan.image_size, gradient_accumulation_steps=plan.accumulation)
+    content.update(dict(plan.model_keys))
     content.update(dict(plan.schedule_keys))
     content.update(lr_warmup_epoch=warmup_epochs(plan.warmup_steps, plan.eval_interval),
                    moving_average_decay=plan.ema_decay,

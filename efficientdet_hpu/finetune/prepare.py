@@ -421,7 +421,7 @@ def check_recipe(path):
 def plan_from_record(record) -> plan_lib.Plan:
     """A Plan from dataclasses.asdict(plan) (plan.json)."""
     values = dict(record, weights=plan_lib.Weights(**record['weights']))
-    for key in ('anchors', 'seconds', 'reasons', 'schedule_keys'):
+    for key in ('anchors', 'seconds', 'reasons', 'schedule_keys', 'model_keys'):
         if key in record:
             values[key] = tuple(tuple(item) for item in record[key])
     if 'candidates' in record:

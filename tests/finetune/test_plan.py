@@ -201,6 +201,27 @@ def test_plan_yaml_resolves_in_main_py_to_the_planned_steps(tmp_path, request_):
         assert final.config.nms_configs['iou_thresh'] == 0.6 and final.config.image_size == 128
 
 
+@pytest.mark.parametrize('request_,act_type', [
+    (plan_lib.Request(), 'swish'),
+    (plan_lib.Request(weights=plan_lib.Weights('backbone', '/w.pth', 'efficientdet-lite0')),
+     'relu6'),
+    (plan_lib.Request(hparams=(('act_type', 'relu6'),)), 'relu6'),
+    (plan_lib.Request(model_name='efficientdet-d0'), 'swish')])
+def test_a_lite_model_from_random_weights_trains_with_swish(tmp_path, request_, act_type):
+    """ReLU6 stays where it has a reason: Lite's ImageNet weights, or asked with --hparams;
+    D0 has swish of its own. The activation read back as main.py reads plan.yaml."""
+    plan = plan_lib.make_plan(ORTHO, ROOMY, request_, table=TABLE)
+    path = tmp_path / 'plan.yaml'
+    path.write_text(plan_file.yaml_text(plan_file.recipe(
+        plan, '/r/train-*', '/r/val-*', '/r/val.json', request_.hparams), 'python main.py'))
+    recipe = recipe_lib.read_recipe(str(path))
+    assert recipe_lib.build_config(recipe.run_options['model_name'], recipe).act_type == act_type
+    line = dict(plan.reasons).get('activation', '')
+    planned = not request_.weights.kind and not request_.hparams and not request_.model_name
+    assert line.startswith('swish in place of efficientdet-lite0\'s ReLU6') == planned
+    assert dict(plan.model_keys) == ({'act_type': 'swish'} if planned else {})
+
+
 def test_rates_come_from_the_table_interpolated_and_scaled():
     assert TABLE.images_per_second('efficientdet-lite0', 320, 2)[0] == pytest.approx(10.0)
     # Between 256 (15) and 320 (10) in log-log: 15 x (288^2 / 256^2)^(log(10/15) / log(320^2 /

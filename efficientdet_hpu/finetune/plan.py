@@ -15,14 +15,12 @@ from typing import Tuple
 
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import costs
+from efficientdet_hpu.finetune import model_choice
 from efficientdet_hpu.finetune import plan_reasons
 from efficientdet_hpu.finetune import schedule as schedule_lib
 from efficientdet_hpu.finetune import sizing
 from efficientdet_hpu.finetune import stats as stats_lib
 
-DEFAULT_MODEL = 'efficientdet-lite0'
-ACCELERATOR_MODEL = 'efficientdet-lite2'
-ACCELERATOR_MIN_IMAGES = 1000
 SMALL_AT_INPUT = 16.0  # px: under it a box is below Lite0's smallest anchor (24 px) by far.
 LARGE_PHOTO = 2.0  # Photos at least this many times the input side are worth tiling.
 GLOBAL_BATCH = 8  # make trees' batch; batch norm needs a few images per micro-batch.
@@ -110,7 +108,7 @@ class Plan:
     # Input sizes to try before training (finetune/search.py), the plan's own first; () none.
     candidates: Tuple[int, ...] = ()
     startup_seconds: float = 45.0
-    # Network hparams the plan sets over the model's own (activation_keys).
+    # Network hparams the plan sets over the model's own (model_choice.activation_keys).
     model_keys: Tuple[Tuple[str, object], ...] = ()
 
     @property
@@ -126,43 +124,8 @@ class Plan:
         return sum(seconds for _, seconds in self.seconds)
 
 
-def choose_model(request, data, hardware, table=None) -> tuple:
-    """(model name, why)."""
-    if request.model_name:
-        return request.model_name, 'asked with --model_name'
-    if request.weights.model_name:
-        return request.weights.model_name, 'the model of --weights=%s' % request.weights.path
-    if hardware.accelerator and len(data.train) >= ACCELERATOR_MIN_IMAGES:
-        return ACCELERATOR_MODEL, ('%s found and %d photos: a larger model has the data and the '
-                                   'speed to pay off' % (hardware.accelerator, len(data.train)))
-    table = table or costs.load()
-    return DEFAULT_MODEL, ('%s: the fastest variant that fine-tunes from ImageNet weights '
-                           '(%.1f images/s at 320 px here, D0 %.1f at 512)'
-                           % ('no GPU or HPU found' if not hardware.accelerator
-                              else 'under %d photos' % ACCELERATOR_MIN_IMAGES,
-                              table.images_per_second(DEFAULT_MODEL, 320, hardware.cores)[0],
-                              table.images_per_second('efficientdet-d0', 512,
-                                                      hardware.cores)[0]))
-
-
 def _round_up(value, multiple):
     return int(math.ceil(value / float(multiple)) * multiple)
-
-
-def activation_keys(model, request) -> tuple:
-    """(network hparams, why): swish for a Lite model from random weights. ReLU6 is Lite's for
-    its ImageNet weights (trained with it) and for int8 accelerators; from random weights
-    (docs/dev/history.md) Lite0 at 128 px reached AP50 0.050 with ReLU6 and 0.198 with swish
-    on classes-20 (1,000 steps), 0.367 and 0.531 on few-grey-50 (600 steps)."""
-    if request.weights.kind or not model.startswith('efficientdet-lite'):
-        return (), ''
-    if request.hparam('act_type') is not None:
-        return (), ''
-    return (('act_type', 'swish'),), (
-        'swish in place of %s\'s ReLU6: random weights, so nothing holds it to ReLU6 (its '
-        'ImageNet weights and int8 accelerators do); from random weights ReLU6 reached AP50 '
-        '0.050 against swish\'s 0.198 on twenty classes of shapes, 0.367 against 0.531 on 50 '
-        'grey photos (docs/finetune.md)' % model)
 
 
 def choose_tiling(data, image_size) -> tuple:
@@ -365,7 +328,7 @@ def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> 
     (costs.load() when None)."""
     table = table or costs.load(hardware.cpu)
     advice, not_taken = taken_advice(advice, coverage)
-    model, model_why = choose_model(request, data, hardware, table)
+    model, model_why = model_choice.choose_model(request, data, hardware, table)
     sized, candidates, size_reasons, cost = _choose_size(data, hardware, request, table, model,
                                                          advice)
     return plan_at(data, request, table, hardware, model, sized, (candidates, cost),
@@ -382,7 +345,7 @@ def plan_at(data, request, table, hardware, model, sized, search, reasons, ancho
     candidates, cost = search
     global_batch = sized.global_batch
     rate_keys, warmup_share, rate_why = schedule_lib.learning_rate(request.weights.kind)
-    activation = activation_keys(model, request)
+    activation = model_choice.activation_keys(model, request)
     steps, interval, warmup, ema, patience = schedule_lib.schedule_numbers(
         sized.steps, sized.train_images, global_batch, warmup_share)
     (jitter_min, jitter_max), jitter_why = schedule_lib.jitter(

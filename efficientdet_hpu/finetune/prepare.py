@@ -23,6 +23,7 @@ from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import inputs
+from efficientdet_hpu.finetune import model_choice
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import rerun
@@ -280,7 +281,7 @@ def _request(options, weights):
                             'of main.py\'s that plan.yaml sets)' % (
                                 key, hparams_config.override_texts(options.hparams)[key].strip()))
     hparams_config.Config(hparams_config.get_efficientdet_config(
-        options.model_name or plan_lib.DEFAULT_MODEL).as_dict()).override(
+        options.model_name or model_choice.DEFAULT_MODEL).as_dict()).override(
             {key: value for key, value in overrides.items() if key not in run_options})
     return plan_lib.Request(options.model_name, weights, options.max_minutes,
                             options.images_per_second, options.steps, tuple(overrides.items()))

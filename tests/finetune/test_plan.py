@@ -9,6 +9,7 @@ from efficientdet_hpu.config import recipe as recipe_lib
 from efficientdet_hpu.config import settings as settings_lib
 from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import hardware
+from efficientdet_hpu.finetune import model_choice
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import stats
@@ -116,16 +117,16 @@ def test_a_budget_too_short_for_the_fixed_stages_is_one_line():
 
 
 def test_the_model_follows_the_request_the_weights_then_the_hardware():
-    assert plan_lib.choose_model(plan_lib.Request(), ORTHO, ROOMY)[0] == 'efficientdet-lite0'
+    assert model_choice.choose_model(plan_lib.Request(), ORTHO, ROOMY)[0] == 'efficientdet-lite0'
     many = stats.DataStats(tuple(Photo(640, 480) for _ in range(1000)), (), 1)
     gpu = plan_lib.Hardware(8, 60.0, 'GPU')
-    assert plan_lib.choose_model(plan_lib.Request(), many, gpu)[0] == 'efficientdet-lite2'
-    assert plan_lib.choose_model(plan_lib.Request(), ORTHO, gpu)[0] == 'efficientdet-lite0'
+    assert model_choice.choose_model(plan_lib.Request(), many, gpu)[0] == 'efficientdet-lite2'
+    assert model_choice.choose_model(plan_lib.Request(), ORTHO, gpu)[0] == 'efficientdet-lite0'
     detector = plan_lib.Weights('detector', '/ckpt/efficientdet-d0', 'efficientdet-d0')
-    assert plan_lib.choose_model(plan_lib.Request(weights=detector), many,
+    assert model_choice.choose_model(plan_lib.Request(weights=detector), many,
                                  gpu)[0] == 'efficientdet-d0'
     asked = plan_lib.Request(model_name='efficientdet-lite1', weights=detector)
-    assert plan_lib.choose_model(asked, many, gpu)[0] == 'efficientdet-lite1'
+    assert model_choice.choose_model(asked, many, gpu)[0] == 'efficientdet-lite1'
 
 
 def test_the_doctor_advice_sets_anchors_and_an_untiled_image_size():

@@ -345,7 +345,7 @@ def plan_at(data, request, table, hardware, model, sized, search, reasons, ancho
     candidates, cost = search
     global_batch = sized.global_batch
     rate_keys, warmup_share, rate_why = schedule_lib.learning_rate(request.weights.kind)
-    activation = model_choice.activation_keys(model, request)
+    model_keys, activation_why = model_choice.activation_keys(model, request)
     steps, interval, warmup, ema, patience = schedule_lib.schedule_numbers(
         sized.steps, sized.train_images, global_batch, warmup_share)
     (jitter_min, jitter_max), jitter_why = schedule_lib.jitter(
@@ -361,10 +361,10 @@ def plan_at(data, request, table, hardware, model, sized, search, reasons, ancho
                     table, sized.rate, sized.startup, global_batch, sized.train_images,
                     sized.val_images, steps, cost), (),
                 tuple(dict(rate_keys, jitter_min=jitter_min, jitter_max=jitter_max).items()),
-                tuple(candidates), sized.startup, activation[0])
+                tuple(candidates), sized.startup, model_keys)
     head = [item for item in reasons if item[0] != 'search']
-    if activation[1]:
-        head.insert(2, ('activation', activation[1]))
+    if activation_why:
+        head.insert(2, ('activation', activation_why))
     head += [('anchors', anchors_why), ('batch', sized.batch_why)]
     if request.hparams:
         head.append(('overrides', '%s from --hparams, in plan.yaml over the values below'

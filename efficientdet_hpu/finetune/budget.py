@@ -205,16 +205,30 @@ def steps_line(plan, decision) -> str:
 
 
 def with_evaluations(plan, evaluations, why):
-    """The plan with `evaluations` evaluations of its interval; its time and steps line
-    updated (the warm-up, EMA and patience stay: the run may be under way)."""
+    """The plan with `evaluations` evaluations of its interval; its time, its warm-up (and
+    freeze), EMA and early-stop patience set for the new steps as the plan sets them, and their
+    lines updated. A run under way takes them on at its restart: a warm-up and an EMA horizon
+    planned for more steps would hold the shortened run's rate low and its averaged weights
+    back."""
+    from efficientdet_hpu.finetune import plan_reasons  # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.finetune import schedule  # pylint: disable=import-outside-toplevel
     steps = evaluations * plan.eval_interval
     parts = dict(plan.seconds)
     parts['evaluations'] = planned_evaluation_seconds(plan) * evaluations
     parts['training'] = steps * plan.global_batch / plan.images_per_second
-    reasons = tuple((topic, '%d steps of %d images: %s' % (steps, plan.global_batch, why))
-                    if topic == 'steps' else (topic, text) for topic, text in plan.reasons)
-    return dataclasses.replace(plan, steps=steps, reasons=reasons, seconds=tuple(
-        (name, parts[name]) for name, _ in plan.seconds))
+    warmup, ema, patience = schedule.horizon(
+        steps, evaluations, plan.train_images, plan.global_batch,
+        schedule.learning_rate(plan.weights.kind)[1])
+    freeze = warmup if plan.freeze_steps else 0
+    lines = {'steps': '%d steps of %d images: %s' % (steps, plan.global_batch, why),
+             'EMA': plan_reasons.ema_reason(ema),
+             'freezing': plan_reasons.freezing_reason(freeze),
+             'early stop': plan_reasons.early_stop_reason(patience)}
+    reasons = tuple((topic, lines.get(topic, text)) for topic, text in plan.reasons)
+    return dataclasses.replace(
+        plan, steps=steps, reasons=reasons, warmup_steps=warmup, freeze_steps=freeze,
+        ema_decay=ema, early_stop_patience=patience,
+        seconds=tuple((name, parts[name]) for name, _ in plan.seconds))
 
 
 def measured_rate(model_dir):
@@ -224,11 +238,13 @@ def measured_rate(model_dir):
     return rates[len(rates) // 2] if rates else None
 
 
-def rewrite(layout, plan, notes=()):
-    """plan.yaml's num_epochs and plan.json from `plan`."""
+def rewrite(layout, plan, notes=(), was=None):
+    """plan.yaml's num_epochs (and, from `was`, the plan before, the keys that follow the
+    steps) and plan.json from `plan`."""
     from efficientdet_hpu.core import atomic_file  # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
-    plan_file.set_evaluations(layout.plan_yaml, plan.evaluations, notes)
+    plan_file.set_evaluations(layout.plan_yaml, plan.evaluations, notes,
+                              plan_file.length_keys(was, plan) if was else None)
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
 
 
@@ -269,7 +285,7 @@ def before_training(runner, plan, deadline, step, spent):
     corrected = dataclasses.replace(with_evaluations(plan, evaluations, why),
                                     images_per_second=rate)
     runner.say('  %d steps instead of %d: %s' % (corrected.steps, plan.steps, why))
-    rewrite(layout, corrected)
+    rewrite(layout, corrected, was=plan)
     return corrected
 
 
@@ -281,7 +297,7 @@ def after_probe(runner, plan, decision):
         decision['step'], decision['rate'], decision['startup'])
     corrected = dataclasses.replace(with_evaluations(plan, decision['evaluations'], why),
                                     images_per_second=decision['rate'])
-    rewrite(runner.layout, corrected)
+    rewrite(runner.layout, corrected, was=plan)
     return corrected
 
 

@@ -102,14 +102,34 @@ def header_of(text) -> list:
     return lines
 
 
-def set_evaluations(path, evaluations, notes=()):
+def _length_values(plan) -> dict:
+    """The recipe's keys that follow the number of steps, as recipe() writes them."""
+    values = {'lr_warmup_epoch': warmup_epochs(plan.warmup_steps, plan.eval_interval),
+              'moving_average_decay': plan.ema_decay,
+              'early_stop_patience': plan.early_stop_patience}
+    if plan.freeze_steps:
+        values['var_freeze_steps'] = plan.freeze_steps
+    return values
+
+
+def length_keys(was, now) -> dict:
+    """{key: (the value plan `was` wrote, plan `now`'s)} for the keys that follow the steps."""
+    before = _length_values(was)
+    return {key: (before.get(key), value) for key, value in _length_values(now).items()}
+
+
+def set_evaluations(path, evaluations, notes=(), keys=None):
     """Rewrites the recipe at `path` with num_epochs = `evaluations` (the steps are whole
     evaluations), its header kept and `notes` (a search's result) added to it as comment
-    lines in place of earlier ones."""
+    lines in place of earlier ones. `keys` {key: (was, now)}: each set to `now` where the
+    recipe holds `was` (a value --hparams set stays)."""
     with open(path, encoding='utf-8') as stream:
         text = stream.read()
     content = yaml.safe_load(text)
     content['num_epochs'] = int(evaluations)
+    for key, (was, now) in (keys or {}).items():
+        if key in content and content[key] == was:
+            content[key] = now
     header = [line for line in header_of(text)  # A new search result replaces the old.
               if not (notes and line.startswith('# search: '))]
     header += ['# search: %s' % note for note in notes]

@@ -27,6 +27,21 @@ def anchors_reason(anchors, not_taken):
     return '; '.join(part for part in (taken, not_taken) if part)
 
 
+def ema_reason(decay):
+    return ('moving_average_decay %g: a horizon of about %d steps, half the run (automl\'s '
+            '0.9998 would lag a short run)' % (decay, round(1 / (1 - decay))))
+
+
+def freezing_reason(steps):
+    return ('backbone frozen for the first %d steps (the warm-up): the random heads\' first '
+            'gradients do not reach the ImageNet features' % steps)
+
+
+def early_stop_reason(patience):
+    return ('after %d evaluations in a row without a better AP' % patience if patience else
+            'off: too few evaluations to judge a plateau')
+
+
 def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatch):
     """The plan's lines from the steps to the time."""
     reasons = [
@@ -34,21 +49,15 @@ def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatc
         ('schedule', rate_why + ' (%.4g at a batch of %d)' % (
             dict(plan.schedule_keys)['learning_rate'] * plan.global_batch / 64.0,
             plan.global_batch)),
-        ('EMA', 'moving_average_decay %g: a horizon of about %d steps, half the run (automl\'s '
-                '0.9998 would lag a short run)' % (plan.ema_decay,
-                                                    round(1 / (1 - plan.ema_decay)))),
+        ('EMA', ema_reason(plan.ema_decay)),
         ('augmentation', jitter_why),
         ('evaluation', '%s, one every %d steps, on the %s; best/ keeps the best '
                        'checkpoint by AP' % (
                            stats_lib.count(plan.evaluations, 'evaluation'), plan.eval_interval,
                            stats_lib.count(plan.val_images, 'validation image')))]
     if plan.freeze_steps:
-        reasons.append(('freezing', 'backbone frozen for the first %d steps (the warm-up): the '
-                                    'random heads\' first gradients do not reach the ImageNet '
-                                    'features' % plan.freeze_steps))
-    reasons.append(('early stop', 'after %d evaluations in a row without a better AP'
-                    % plan.early_stop_patience if plan.early_stop_patience else
-                    'off: too few evaluations to judge a plateau'))
+        reasons.append(('freezing', freezing_reason(plan.freeze_steps)))
+    reasons.append(('early stop', early_stop_reason(plan.early_stop_patience)))
     parts = ', '.join('%s %.1f' % (part, seconds / 60.0) for part, seconds in plan.seconds)
     reasons.append(('time', 'about %.0f min (%s) at %.1f training images/s (%s)%s; the first '
                             'training steps\' measured rate corrects the steps' % (

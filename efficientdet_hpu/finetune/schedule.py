@@ -65,12 +65,19 @@ def schedule_numbers(steps, train_images, global_batch, warmup_share=WARMUP_SHAR
     evaluations = evaluations_for(steps)
     interval = max(1, steps // evaluations)
     steps = interval * evaluations
+    return (steps, interval) + horizon(steps, evaluations, train_images, global_batch,
+                                       warmup_share)
+
+
+def horizon(steps, evaluations, train_images, global_batch, warmup_share=WARMUP_SHARE) -> tuple:
+    """(warm-up steps, EMA decay, early-stop patience) of a run of `steps` in `evaluations`:
+    what follows the run's length, so a budget that changes the steps changes them too."""
     one_pass = int(math.ceil(train_images / float(global_batch)))
     cap = max(1, steps // 4 if warmup_share > 0.2 else steps // 5)
     warmup = min(max(one_pass, int(round(warmup_share * steps))), cap)
     ema = round(min(EMA_MAX, max(EMA_MIN, 1.0 - 2.0 / steps)), 5)
     patience = evaluations // 2 if evaluations >= 6 else 0
-    return steps, interval, warmup, ema, patience
+    return warmup, ema, patience
 
 
 def learning_rate(weights_kind) -> tuple:

@@ -5,6 +5,7 @@ import json
 import time
 
 import pytest
+import yaml
 
 from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan as plan_lib
@@ -54,7 +55,16 @@ def test_the_change_is_the_plans_new_steps(plan):
     assert (changed.steps, changed.evaluations, changed.eval_interval) == (1157, 13, 89)
     assert dict(changed.reasons)['steps'] == '1157 steps of 8 images: corrected'
     assert dict(changed.seconds)['training'] == pytest.approx(1157 * 8 / 10.0)
-    assert changed.warmup_steps == plan.warmup_steps
+    # What follows the run's length follows the new steps, as the plan sets it: a warm-up
+    # (and freeze) of 5% (57.85 -> 58; over one pass, 13 steps, and under a fifth), the EMA
+    # horizon half the run (1 - 2 / 1157), patience half the 13 evaluations.
+    assert (plan.warmup_steps, plan.ema_decay, plan.early_stop_patience) == (44, 0.99775, 5)
+    assert (changed.warmup_steps, changed.freeze_steps, changed.ema_decay,
+            changed.early_stop_patience) == (58, 58, 0.99827, 6)
+    reasons = dict(changed.reasons)
+    assert reasons['EMA'].startswith('moving_average_decay 0.99827: a horizon of about 578')
+    assert reasons['freezing'].startswith('backbone frozen for the first 58 steps')
+    assert reasons['early stop'] == 'after 6 evaluations in a row without a better AP'
 
 
 def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_path):
@@ -183,6 +193,12 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 36.0)
     assert (corrected.evaluations, corrected.steps) == (5, 445)
     assert plan_file.planned_evaluations(str(root / 'plan.yaml')) == 5
+    # The keys that follow the steps, rewritten for 445: a warm-up of 22 steps (5%), in
+    # evaluations of 89, EMA 1 - 2 / 445, no early stop in 5 evaluations.
+    with open(root / 'plan.yaml') as stream:
+        recipe = yaml.safe_load(stream)
+    assert (recipe['lr_warmup_epoch'], recipe['var_freeze_steps'], recipe['moving_average_decay'],
+            recipe['early_stop_patience']) == (plan_file.warmup_epochs(22, 89), 22, 0.99551, 0)
     with open(root / 'plan.json') as stream:
         assert json.load(stream)['steps'] == 445
     assert runner.said[0].startswith('  445 steps instead of 890: 8.3 min left')
@@ -196,3 +212,22 @@ def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
     assert corrected.evaluations == 3 and corrected.images_per_second == 10.0
     assert '2.0 times the estimate' in runner.said[0]
+
+
+def test_a_value_hparams_set_stays_when_the_steps_change(plan, tmp_path):
+    """--hparams=moving_average_decay=0.9 is in plan.yaml over the plan's: the correction
+    rewrites the warm-up and patience for the new steps, and leaves the user's decay."""
+    from efficientdet_hpu.finetune import plan_file
+    root = tmp_path / 'out'
+    root.mkdir()
+    content = plan_file.recipe(plan, '/r/train-*', '/r/val-*', '/r/val.json',
+                               (('moving_average_decay', 0.9),))
+    (root / 'plan.yaml').write_text(plan_file.yaml_text(content, 'python main.py ...'))
+    changed = budget.with_evaluations(plan, 5, 'corrected')
+    plan_file.set_evaluations(str(root / 'plan.yaml'), 5, (),
+                              plan_file.length_keys(plan, changed))
+    with open(root / 'plan.yaml') as stream:
+        recipe = yaml.safe_load(stream)
+    assert recipe['moving_average_decay'] == 0.9
+    assert (recipe['num_epochs'], recipe['var_freeze_steps'], recipe['early_stop_patience']) == (
+        5, 22, 0)

@@ -78,11 +78,13 @@ def one_command(data_set, built, pth, directory):
     with open(summary) as stream:
         result = json.load(stream)
     with open(os.path.join(out, 'plan.json')) as stream:
-        reasons = dict(tuple(item) for item in json.load(stream)['reasons'])
-    plan = '%s at %d px%s; %s' % (result['model'].replace('efficientdet-', ''),
-                                  result['image_size'],
-                                  ', tiles' if result['tile_size'] else '',
-                                  reasons.get('search', 'no search'))
+        record = json.load(stream)
+    reasons = dict(tuple(item) for item in record['reasons'])
+    plan = '%s at %d px%s%s; %s' % (result['model'].replace('efficientdet-', ''),
+                                    result['image_size'],
+                                    ', tiles' if result['tile_size'] else '',
+                                    '' if record['weights']['kind'] else ', random weights',
+                                    reasons.get('search', 'no search'))
     return {'AP50': result['AP50'], 'minutes': result['minutes'], 'plan': plan,
             'steps': result['steps_trained'], 'ended': result['training_ended']}
 

@@ -21,8 +21,6 @@ from efficientdet_hpu.finetune import schedule as schedule_lib
 from efficientdet_hpu.finetune import sizing
 from efficientdet_hpu.finetune import stats as stats_lib
 
-SMALL_AT_INPUT = 16.0  # px: under it a box is below Lite0's smallest anchor (24 px) by far.
-LARGE_PHOTO = 2.0  # Photos at least this many times the input side are worth tiling.
 GLOBAL_BATCH = 8  # make trees' batch; batch norm needs a few images per micro-batch.
 MEMORY_SHARE = 0.7  # Of MemAvailable, for the training process (the rest: OS, input, eval).
 # The model's own anchor_scale stays while its anchors reach at least this share of the boxes
@@ -30,13 +28,11 @@ MEMORY_SHARE = 0.7  # Of MemAvailable, for the training process (the rest: OS, i
 # to 97% and cost AP50 0.439 -> 0.367 (docs/finetune.md); a scale is worth changing only
 # where the model's anchors miss many boxes.
 KEEP_SCALE_COVERAGE = 0.9
-# A search of two sizes costs the second's start-up, first evaluation interval and evaluation,
-# and a start-up to continue the winner: tried only where that is at most this share of the
-# training time.
+# A search costs each other candidate's start-up, first evaluation interval and evaluation, and
+# a start-up to continue the winner: tried only where that is at most this share of the training.
 SEARCH_MAX_SHARE = 0.25
-# Kept for callers of the earlier names.
+RANDOM_START_MIN_PHOTOS = 500  # Whole photos: fewer, and random weights are not tried (_search).
 PASSES, MIN_STEPS, MAX_STEPS = schedule_lib.PASSES, schedule_lib.MIN_STEPS, schedule_lib.MAX_STEPS
-EVALUATIONS, MIN_EVAL_INTERVAL = schedule_lib.EVALUATIONS, schedule_lib.MIN_EVAL_INTERVAL
 SCHEDULE_KEYS = dict(schedule_lib.FINE_TUNE_RATE, **schedule_lib.COSINE, jitter_min=0.8,
                      jitter_max=1.2)
 
@@ -105,8 +101,9 @@ class Plan:
     reasons: Tuple[Tuple[str, str], ...]
     # The recipe keys of the learning rate, its schedule and the augmentation.
     schedule_keys: Tuple[Tuple[str, object], ...] = tuple(SCHEDULE_KEYS.items())
-    # Input sizes to try before training (finetune/search.py), the plan's own first; () none.
-    candidates: Tuple[int, ...] = ()
+    # The candidates to try before training (finetune/search.py), by name (candidate_name:
+    # '192px', '192px-random' for random weights beside --weights), the plan's own first.
+    candidates: Tuple[str, ...] = ()
     startup_seconds: float = 45.0
     # Network hparams the plan sets over the model's own (model_choice.activation_keys).
     model_keys: Tuple[Tuple[str, object], ...] = ()
@@ -122,32 +119,6 @@ class Plan:
     @property
     def total_seconds(self) -> float:
         return sum(seconds for _, seconds in self.seconds)
-
-
-def _round_up(value, multiple):
-    return int(math.ceil(value / float(multiple)) * multiple)
-
-
-def choose_tiling(data, image_size) -> tuple:
-    """(tile size, overlap, why); (0, 0, why) for whole photos."""
-    at_input = stats_lib.median(stats_lib.sides_at_input(data.train, image_size))
-    photo_side = stats_lib.median(stats_lib.photo_sides_by_box(data.train))
-    native = stats_lib.median(stats_lib.box_sides(data.train))
-    if at_input >= SMALL_AT_INPUT or photo_side < LARGE_PHOTO * image_size:
-        return 0, 0, ('whole photos: the median box is %.0f px once its photo is fitted to %d '
-                      'px%s' % (at_input, image_size, '' if at_input < SMALL_AT_INPUT else
-                                ' (at least %.0f px)' % SMALL_AT_INPUT)) + (
-            '' if photo_side >= LARGE_PHOTO * image_size or at_input >= SMALL_AT_INPUT else
-            ' but the photos (%d px, median by box) are under %.0fx the input'
-            % (photo_side, LARGE_PHOTO))
-    long_side = stats_lib.percentile(stats_lib.box_long_sides(data.train), 90)
-    overlap = min(image_size // 2, max(image_size // 5, _round_up(long_side, 16)))
-    return image_size, overlap, (
-        'tiles of %d px, overlap %d: the median box is %.1f px once its photo (%d px, median '
-        'by box) is fitted to %d px, under %.0f px, and %.0f px in a tile; the overlap holds '
-        '9 boxes in 10 (%.0f px long) whole in some tile' % (
-            image_size, overlap, at_input, photo_side, image_size, SMALL_AT_INPUT, native,
-            long_side))
 
 
 def choose_batch(model_name, image_size, train_images, hardware) -> tuple:
@@ -261,29 +232,35 @@ def _sized(data, hardware, request, table, model, size, tiling, search_seconds=0
                   batch_why, rate, rate_source, startup, steps, steps_why)
 
 
-def search_seconds(own, other, table) -> float:
-    """What trying `other` beside `own` costs and does not keep: its start-up, first evaluation
-    interval and evaluation, and a start-up to continue the winner."""
+def _trial_seconds(other, table) -> float:
+    """What trying `other` costs and does not keep: its start-up, first evaluation interval and
+    evaluation (the search adds one start-up to continue the winner)."""
     steps = other.steps // schedule_lib.evaluations_for(other.steps)
     return (other.startup + steps * other.global_batch / other.rate
-            + table.evaluation_seconds(other.rate, other.val_images) + own.startup)
+            + table.evaluation_seconds(other.rate, other.val_images))
+
+
+def candidate_name(size, random=False) -> str:
+    """A search candidate's name (and directory): '192px', '192px-random' for the start from
+    random weights beside --weights."""
+    return '%dpx%s' % (size, '-random' if random else '')
 
 
 def _choose_size(data, hardware, request, table, model, advice):
-    """(_Sized, candidates, [(topic, why)], seconds of the search)."""
+    """(_Sized, the other size worth trying or 0, [(topic, why)])."""
     native = costs.NATIVE_SIZE.get(model, 512)
     asked = request.hparam('image_size')
     if asked is not None:
         side = asked if isinstance(asked, int) else native
-        tiling = choose_tiling(data, side) if isinstance(asked, int) else (
+        tiling = sizing.choose_tiling(data, side) if isinstance(asked, int) else (
             0, 0, 'whole photos: a non-square --hparams image_size')
-        return (_sized(data, hardware, request, table, model, side, tiling[:2]), (),
-                [('image size', '%s px: asked with --hparams' % asked), ('tiling', tiling[2])], 0.0)
-    tiling = choose_tiling(data, native)
+        return (_sized(data, hardware, request, table, model, side, tiling[:2]), 0,
+                [('image size', '%s px: asked with --hparams' % asked), ('tiling', tiling[2])])
+    tiling = sizing.choose_tiling(data, native)
     if tiling[0]:
-        return (_sized(data, hardware, request, table, model, native, tiling[:2]), (),
+        return (_sized(data, hardware, request, table, model, native, tiling[:2]), 0,
                 [('image size', '%d px: %s\'s own, tiles of it' % (native, model)),
-                 ('tiling', tiling[2])], 0.0)
+                 ('tiling', tiling[2])])
     floor, top, bounds_why = sizing.bounds(data.train, native)
     budgeted = request.max_minutes and not request.steps
 
@@ -303,22 +280,64 @@ def _choose_size(data, hardware, request, table, model, advice):
                                     'an anchor) over the %d px of the rule (%s)' % (
                                         advised, side, why))
         side, other_side = advised, (side if budgeted and side < advised else 0)
-    sized = _sized(data, hardware, request, table, model, side, (0, 0))
-    if not other_side:
-        return sized, (), reasons, 0.0
-    other = _sized(data, hardware, request, table, model, other_side, (0, 0))
-    cost = search_seconds(sized, other, table)
-    training = sized.steps * sized.global_batch / sized.rate
-    if cost > SEARCH_MAX_SHARE * training:
-        return sized, (), reasons + [('search', 'none: trying %d px beside %d would cost %.1f '
-                                                'min, over %d%% of the training' % (
-                                                    other_side, side, cost / 60.0,
-                                                    100 * SEARCH_MAX_SHARE))], 0.0
-    sized = _sized(data, hardware, request, table, model, side, (0, 0), cost)
-    return sized, (side, other_side), reasons + [('search', (
-        '%d px against %d px: the rules cannot weigh detail against passes, so both train to '
-        'their first evaluation and the one with the higher AP50 on the validation images '
-        'goes on (%.1f min of the budget kept for it)' % (side, other_side, cost / 60.0)))], cost
+    return _sized(data, hardware, request, table, model, side, (0, 0)), other_side, reasons
+
+
+def random_start(request, sized) -> bool:
+    """Whether the search tries random weights beside --weights: an ImageNet backbone, a budget,
+    and RANDOM_START_MIN_PHOTOS whole photos or more (with fewer, or in tiles of large photos,
+    the backbone won every set of the suite; from random weights a detector needs many photos,
+    He et al. 2019). On photos unlike ImageNet's the backbone can hold a short run back
+    (docs/finetune.md): the search measures it."""
+    return bool(request.weights.kind == 'backbone' and request.max_minutes and not request.steps
+                and not sized.tile and sized.train_images >= RANDOM_START_MIN_PHOTOS)
+
+
+def _search(data, hardware, request, table, model, own, other_side):
+    """(_Sized with the search's cost, candidate names, [(topic, why)], seconds): the other
+    size and, from an ImageNet backbone, random weights at the smaller size, each only while
+    the search costs at most SEARCH_MAX_SHARE of the training; the size is given up first."""
+    tiling = (own.tile, own.overlap)
+    others = []
+    if other_side:
+        others.append((candidate_name(other_side),
+                       _sized(data, hardware, request, table, model, other_side, (0, 0))))
+    if random_start(request, own):
+        side = min(own.size, other_side or own.size)
+        others.append((candidate_name(side, True), _sized(
+            data, hardware, dataclasses.replace(request, weights=Weights()), table, model, side,
+            tiling)))
+    training = own.steps * own.global_batch / own.rate
+    tried = []  # (names, cost) of each set over the share, the largest first.
+    while others:
+        cost = sum(_trial_seconds(other, table) for _, other in others) + own.startup
+        if cost <= SEARCH_MAX_SHARE * training:
+            break
+        tried.append(([name for name, _ in others], cost))
+        others = others[1:] if len(others) > 1 else []
+    share = '%d%% of the training' % (100 * SEARCH_MAX_SHARE)
+    if not others and not tried:
+        return own, (), [], 0.0
+    if not others:
+        names, cost = tried[-1]
+        return own, (), [('search', 'none: trying %s beside %dpx would cost %.1f min, over %s'
+                          % (' and '.join(names), own.size, cost / 60.0, share))], 0.0
+    names = [candidate_name(own.size)] + [name for name, _ in others]
+    sized = _sized(data, hardware, request, table, model, own.size, tiling, cost)
+    if names[-1].endswith('-random'):
+        what = ('%s from the ImageNet backbone against %s from random weights: on photos '
+                'unlike ImageNet\'s the backbone can hold a short run back' % (
+                    ' and '.join(names[:-1]), names[-1]))
+    else:
+        what = '%d px against %d px: the rules cannot weigh detail against passes' % (
+            own.size, other_side)
+    why = ('%s, so each trains to its first evaluation and the one with the higher AP50 on '
+           'the validation images goes on (%.1f min of the budget kept for it)' % (
+               what, cost / 60.0))
+    if tried:
+        why += '; %s not tried: with it the search would cost %.1f min, over %s' % (
+            tried[0][0][0], tried[0][1] / 60.0, share)
+    return sized, tuple(names), [('search', why)], cost
 
 
 def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> Plan:
@@ -329,11 +348,13 @@ def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> 
     table = table or costs.load(hardware.cpu)
     advice, not_taken = taken_advice(advice, coverage)
     model, model_why = model_choice.choose_model(request, data, hardware, table)
-    sized, candidates, size_reasons, cost = _choose_size(data, hardware, request, table, model,
-                                                         advice)
+    own, other_side, size_reasons = _choose_size(data, hardware, request, table, model, advice)
+    sized, candidates, search_reasons, cost = _search(data, hardware, request, table, model, own,
+                                                      other_side)
     return plan_at(data, request, table, hardware, model, sized, (candidates, cost),
                    [('model', '%s: %s' % (model, model_why)),
-                    ('weights', plan_reasons.weights_reason(request.weights))] + size_reasons,
+                    ('weights', plan_reasons.weights_reason(request.weights))] + size_reasons
+                   + search_reasons,
                    plan_reasons.anchors_reason(tuple((k, v) for k, v in advice if k != 'image_size'),
                                    not_taken), advice)
 
@@ -376,19 +397,29 @@ def plan_at(data, request, table, hardware, model, sized, search, reasons, ancho
     return dataclasses.replace(plan, reasons=tuple(head + tail))
 
 
-def candidate_plan(plan, data, hardware, request, image_size, advice=(), coverage=None,
+def candidate_plan(plan, data, hardware, request, name, advice=(), coverage=None,
                    table=None) -> Plan:
-    """The plan of a search's other candidate: `plan`'s, at `image_size`, its steps fitting
-    the same budget less the same search (finetune/search.py)."""
+    """The plan of the search's candidate `name` (candidate_name): `plan`'s at its size, from
+    random weights for '-random', its steps fitting the same budget less the same search
+    (finetune/search.py)."""
     table = table or costs.load(hardware.cpu)
     advice, not_taken = taken_advice(advice, coverage)
     cost = dict(plan.seconds).get('search', 0.0)
-    sized = _sized(data, hardware, request, table, plan.model_name, image_size, (0, 0), cost)
+    size, random = int(name.split('px')[0]), name.endswith('-random')
     reasons = dict(plan.reasons)
+    if random:
+        request = dataclasses.replace(request, weights=Weights())
+        reasons.update(weights='random initialisation: the search\'s other start beside %s'
+                       % plan.weights.path, size='%d px, from random weights: the search\'s '
+                       'other start' % size)
+    else:
+        reasons['size'] = '%d px: the search\'s other candidate beside %d px' % (
+            size, plan.image_size)
+    sized = _sized(data, hardware, request, table, plan.model_name, size,
+                   (plan.tile_size, plan.tile_overlap), cost)
     return plan_at(data, request, table, hardware, plan.model_name, sized, ((), cost), [
         ('model', reasons['model']), ('weights', reasons['weights']),
-        ('image size', '%d px: the search\'s other candidate beside %d px' % (
-            image_size, plan.image_size)), ('tiling', reasons['tiling']),
+        ('image size', reasons['size']), ('tiling', reasons['tiling']),
         ('search', reasons.get('search', ''))],
         plan_reasons.anchors_reason(tuple((k, v) for k, v in advice if k != 'image_size'),
                                     not_taken), advice)

@@ -405,10 +405,10 @@ def plan_stage(runner, options, state=None):
     plan = plan_lib.make_plan(data, machine, request, advice, coverage, table)
     runner.say('\n'.join(plan_file.lines(plan)))
     _write_plan_yaml(layout, plan, request)
-    if plan.candidates:
-        search.write_candidates(layout, [plan] + [plan_lib.candidate_plan(
-            plan, data, machine, request, size, advice, coverage, table)
-            for size in plan.candidates[1:]], lambda chosen: _recipe_text(layout, chosen, request))
+    search.write_candidates(layout, [(name, plan_lib.candidate_plan(
+        plan, data, machine, request, name, advice, coverage, table) if index else plan)
+        for index, name in enumerate(plan.candidates)], lambda chosen: _recipe_text(
+            layout, chosen, request))
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
     return plan
 
@@ -425,6 +425,6 @@ def plan_from_record(record) -> plan_lib.Plan:
     for key in ('anchors', 'seconds', 'reasons', 'schedule_keys', 'model_keys'):
         if key in record:
             values[key] = tuple(tuple(item) for item in record[key])
-    if 'candidates' in record:
-        values['candidates'] = tuple(record['candidates'])
+    values['candidates'] = tuple(plan_lib.candidate_name(item) if isinstance(item, int) else
+                                 item for item in record.get('candidates', ()))  # Sizes: older.
     return plan_lib.Plan(**values)

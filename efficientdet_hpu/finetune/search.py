@@ -8,6 +8,9 @@ A rung is a candidate's k-th evaluation: each candidate's steps fit the same bud
 k-th evaluation comes at the same share of each one's run. Scores are the AP50 of that
 evaluation (tiles when tiled); a tie goes to the plan's own choice, the first candidate.
 
+Candidates differ in input size or, beside an ImageNet backbone, start from random weights
+(plan.candidate_name: '192px', '192px-random').
+
 Files: candidates/<name>/{plan.yaml, plan.json, model/} (written with the plan), search.json
 (what was tried, each one's score, the winner and why) once the search is over; the winner's
 model/ then becomes output_dir/model and its plan the plan.
@@ -61,18 +64,15 @@ def rungs_for(count) -> int:
     return rungs
 
 
-def name_of(size) -> str:
-    return '%dpx' % size
-
-
 def candidate_dir(layout, name):
     return layout.path('candidates', name)
 
 
-def write_candidates(layout, plans, recipe_of):
-    """Writes each candidate's plan.yaml and plan.json (recipe_of(plan) -> YAML text)."""
-    for plan in plans:
-        directory = candidate_dir(layout, name_of(plan.image_size))
+def write_candidates(layout, named, recipe_of):
+    """Writes each candidate's plan.yaml and plan.json ([(name, plan)]; recipe_of(plan) ->
+    YAML text)."""
+    for name, plan in named:
+        directory = candidate_dir(layout, name)
         os.makedirs(directory, exist_ok=True)
         atomic_file.write_text_atomically(os.path.join(directory, 'plan.yaml'), recipe_of(plan))
         atomic_file.write_json_atomically(os.path.join(directory, 'plan.json'),
@@ -92,9 +92,9 @@ def evaluation_score(model_dir, step):
 class _Candidates:
     """Runs candidates to their rungs; remembers each one's score, step and minutes."""
 
-    def __init__(self, runner, plans, deadline, from_record):
-        self.runner, self.deadline, self.from_record = runner, deadline, from_record
-        self.plans = {name_of(plan.image_size): plan for plan in plans}
+    def __init__(self, runner, named, deadline):
+        self.runner, self.deadline = runner, deadline
+        self.plans = dict(named)
         self.results = {}
 
     def model_dir(self, name):
@@ -119,7 +119,8 @@ class _Candidates:
         found = evaluation_score(model_dir, step)
         ap50 = found[0] if found and found[0] is not None else -1.0
         minutes = (time.monotonic() - started) / 60.0
-        self.results[name] = {'name': name, 'image_size': plan.image_size, 'step': step,
+        self.results[name] = {'name': name, 'image_size': plan.image_size,
+                              'weights': plan.weights.kind or 'random', 'step': step,
                               'of_steps': plan.steps, 'AP50': ap50,
                               'AP': found[1] if found else None,
                               'minutes': round(self.results.get(name, {}).get('minutes', 0)
@@ -159,28 +160,28 @@ def search_stage(runner, plan, deadline, from_record, spent):
     if left is not None and parts.get('search', 0.0) * load > SEARCH_SHARE * training_left:
         line = ('not searched: %.1f min left, and the stages before took %.1f times their '
                 'estimate: the search would cost about %.1f min, over %d%% of the training '
-                'left; %dpx, the plan\'s own, goes on' % (
+                'left; %s, the plan\'s own, goes on' % (
                     left / 60.0, load, parts.get('search', 0.0) * load / 60.0,
-                    100 * SEARCH_SHARE, plan.image_size))
+                    100 * SEARCH_SHARE, plan.candidates[0]))
         runner.say('  ' + line)
         kept = dataclasses.replace(plan, reasons=tuple(
             (topic, line if topic == 'search' else text) for topic, text in plan.reasons))
         atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(kept))
-        atomic_file.write_json_atomically(record_path, {'tried': [], 'winner': name_of(
-            plan.image_size), 'line': line})
+        atomic_file.write_json_atomically(record_path, {'tried': [], 'winner':
+                                                        plan.candidates[0], 'line': line})
         shutil.rmtree(layout.path('candidates'), ignore_errors=True)
         return kept
-    plans = []
-    for size in plan.candidates:
-        with open(os.path.join(candidate_dir(layout, name_of(size)), 'plan.json')) as stream:
-            plans.append(from_record(json.load(stream)))
+    named = []
+    for name in plan.candidates:
+        with open(os.path.join(candidate_dir(layout, name), 'plan.json')) as stream:
+            named.append((name, from_record(json.load(stream))))
     runner.say('  search: %s, each trained to its evaluation and compared by AP50; the better '
-               'half goes on at each rung' % ' and '.join(name_of(s) for s in plan.candidates))
-    candidates = _Candidates(runner, plans, deadline, from_record)
+               'half goes on at each rung' % ' and '.join(plan.candidates))
+    candidates = _Candidates(runner, named, deadline)
     for name in candidates.plans:  # A search cut short earlier starts again.
         shutil.rmtree(candidates.model_dir(name), ignore_errors=True)
     winner, _ = successive_halving(list(candidates.plans), candidates.score,
-                                   rungs_for(len(plans)))
+                                   rungs_for(len(named)))
     results = [candidates.results[name] for name in candidates.plans]
     line = result_line(results, winner)
     runner.say('  ' + line)

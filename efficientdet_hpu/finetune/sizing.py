@@ -1,9 +1,14 @@
-"""The input size of whole photos: as small as the photos' boxes allow, as large as the photos
+"""Whether to tile, and the input size of whole photos: as small as the photos' boxes allow, as large as the photos
 and the model's own size, and within those the largest that the budget trains for enough
 passes; where that trade cannot be settled by rule (a smaller size buys passes, a larger one
 detail), two sizes to try (finetune/search.py). Pure: numbers in, numbers and reasons out.
 """
+import math
+
 from efficientdet_hpu.finetune import stats as stats_lib
+
+SMALL_AT_INPUT = 16.0  # px: under it a box is below Lite0's smallest anchor (24 px) by far.
+LARGE_PHOTO = 2.0  # Photos at least this many times the input side are worth tiling.
 
 SIZE_LADDER = (128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536)
 # px: the 10th percentile of the boxes (sqrt(w h)) at the input stays at least one cell of the
@@ -65,3 +70,29 @@ def choose(floor, top, trained_at) -> tuple:
                'allow buys the most' % (ENOUGH_PASSES, ' and %d steps' % ENOUGH_STEPS
                                         if short else '', listed, steps))
     return size, (larger[0] if larger else 0), why
+
+
+def _round_up(value, multiple):
+    return int(math.ceil(value / float(multiple)) * multiple)
+
+
+def choose_tiling(data, image_size) -> tuple:
+    """(tile size, overlap, why); (0, 0, why) for whole photos."""
+    at_input = stats_lib.median(stats_lib.sides_at_input(data.train, image_size))
+    photo_side = stats_lib.median(stats_lib.photo_sides_by_box(data.train))
+    native = stats_lib.median(stats_lib.box_sides(data.train))
+    if at_input >= SMALL_AT_INPUT or photo_side < LARGE_PHOTO * image_size:
+        return 0, 0, ('whole photos: the median box is %.0f px once its photo is fitted to %d '
+                      'px%s' % (at_input, image_size, '' if at_input < SMALL_AT_INPUT else
+                                ' (at least %.0f px)' % SMALL_AT_INPUT)) + (
+            '' if photo_side >= LARGE_PHOTO * image_size or at_input >= SMALL_AT_INPUT else
+            ' but the photos (%d px, median by box) are under %.0fx the input'
+            % (photo_side, LARGE_PHOTO))
+    long_side = stats_lib.percentile(stats_lib.box_long_sides(data.train), 90)
+    overlap = min(image_size // 2, max(image_size // 5, _round_up(long_side, 16)))
+    return image_size, overlap, (
+        'tiles of %d px, overlap %d: the median box is %.1f px once its photo (%d px, median '
+        'by box) is fitted to %d px, under %.0f px, and %.0f px in a tile; the overlap holds '
+        '9 boxes in 10 (%.0f px long) whole in some tile' % (
+            image_size, overlap, at_input, photo_side, image_size, SMALL_AT_INPUT, native,
+            long_side))

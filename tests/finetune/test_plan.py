@@ -12,6 +12,7 @@ from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import model_choice
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import sizing
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune.stats import Photo
 from finetune_cases import grid as _grid, ORTHO, ROOMY, TABLE
@@ -20,7 +21,7 @@ def test_small_objects_on_large_photos_are_tiled_at_the_input_size():
     # A 40 px box on a 2400 px photo fitted to 320 px: 40 * 320 / 2400 = 5.3 px < 16, and the
     # photo is >= 2 x 320: tiles of 320. Overlap: 90% of the boxes are 40 px long, rounded up
     # to 48, less than 320 // 5 = 64: 64.
-    tile, overlap, why = plan_lib.choose_tiling(ORTHO, 320)
+    tile, overlap, why = sizing.choose_tiling(ORTHO, 320)
     assert (tile, overlap) == (320, 64)
     assert '5.3 px' in why and '2400 px' in why
     # Tiles every 256 px: 0, 256, ..., 2048 (9), then one flush with the edge at 2080: 10 x 10.
@@ -32,11 +33,11 @@ def test_small_objects_on_large_photos_are_tiled_at_the_input_size():
 def test_large_objects_or_small_photos_stay_whole():
     # 100 px boxes on 640 px photos: 100 * 320 / 640 = 50 px at the input.
     big = stats.DataStats((Photo(640, 480, _grid(480, 100, 3)),), (Photo(640, 480),), 1)
-    assert plan_lib.choose_tiling(big, 320)[:2] == (0, 0)
+    assert sizing.choose_tiling(big, 320)[:2] == (0, 0)
     # 20 px boxes on 500 px photos: 12.8 px at the input, but 500 < 2 x 320: no tiling (the
     # doctor may advise a larger image size instead).
     small = stats.DataStats((Photo(500, 500, _grid(500, 20, 3)),), (Photo(500, 500),), 1)
-    tile, _, why = plan_lib.choose_tiling(small, 320)
+    tile, _, why = sizing.choose_tiling(small, 320)
     assert tile == 0 and '12.8' not in why and 'under 2x' in why
 
 
@@ -44,7 +45,7 @@ def test_long_boxes_widen_the_overlap_up_to_half_a_tile():
     # 90th percentile of the box long sides: 100 px -> 112 (multiple of 16) > 64.
     data = stats.DataStats((Photo(3000, 3000, tuple((i * 200, 0, 100, 30) for i in range(10))),),
                            (), 1)
-    assert plan_lib.choose_tiling(data, 320)[:2] == (320, 112)
+    assert sizing.choose_tiling(data, 320)[:2] == (320, 112)
 
 
 def test_the_batch_fits_the_memory_found():

@@ -88,9 +88,10 @@ def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
 
 
 def test_a_slow_start_skips_the_search(tmp_path):
-    """SMALL_PHOTOS in 20 min plans 192 px against 256 (tests/finetune/test_sizing.py): the
-    data stage planned at 66 s took 198, three times: the search's 160.67 s would cost 482 s,
-    over a quarter of the 1000 - (91.67 + 30) x 3 = 635 s of training left."""
+    """SMALL_PHOTOS in 20 min from the ImageNet backbone plans 192 px against 192 px from
+    random weights (tests/finetune/test_sizing.py): the data stage planned at 66 s took 198,
+    three times: the search's 161 s would cost 483 s, over a quarter of the 1000 - (91.67 + 30)
+    x 3 = 635 s of training left."""
     import time
     from efficientdet_hpu.finetune import plan as plan_lib
     from efficientdet_hpu.finetune import prepare
@@ -108,12 +109,47 @@ def test_a_slow_start_skips_the_search(tmp_path):
             self.said.append(text)
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY,
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
-    assert plan.candidates == (192, 256)
+    assert plan.candidates == ('192px', '192px-random')
     runner = Runner()
     kept = search.search_stage(runner, plan, time.time() + 1000, prepare.plan_from_record,
                                198.0)
     assert kept.image_size == 192 and kept.steps == plan.steps
     line = dict(kept.reasons)['search']
     assert line.startswith('not searched: 16.7 min left, and the stages before took 3.0 times')
+    assert line.endswith("192px, the plan's own, goes on")
     with open(tmp_path / 'search.json') as stream:
         assert json.load(stream)['tried'] == []
+
+
+def test_each_candidate_is_written_under_its_name_and_read_back(tmp_path):
+    """The random start's plan.yaml has no --backbone_ckpt, the from-scratch rate and swish;
+    the plan's own keeps the backbone. A plan.json written when candidates were sizes reads
+    back as names."""
+    import dataclasses
+    import yaml
+    from efficientdet_hpu.finetune import plan as plan_lib
+    from efficientdet_hpu.finetune import plan_file
+    from efficientdet_hpu.finetune import prepare
+    from efficientdet_hpu.finetune import runner as runner_lib
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+    request = plan_lib.Request(weights=LITE0_PTH, max_minutes=20)
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=TABLE)
+    layout = runner_lib.Layout(str(tmp_path))
+    search.write_candidates(layout, [(name, plan_lib.candidate_plan(
+        plan, SMALL_PHOTOS, ROOMY, request, name, table=TABLE) if index else plan)
+        for index, name in enumerate(plan.candidates)], lambda chosen: yaml.safe_dump(
+            plan_file.recipe(chosen, 'train-*', 'val-*', 'val.json')))
+    recipes = {}
+    for name in ('192px', '192px-random'):
+        with open(tmp_path / 'candidates' / name / 'plan.yaml') as stream:
+            recipes[name] = yaml.safe_load(stream)
+        with open(tmp_path / 'candidates' / name / 'plan.json') as stream:
+            read = prepare.plan_from_record(json.load(stream))
+        assert read.image_size == 192
+    assert recipes['192px']['backbone_ckpt'] == LITE0_PTH.path
+    assert 'act_type' not in recipes['192px'] and recipes['192px']['learning_rate'] == 0.08
+    assert 'backbone_ckpt' not in recipes['192px-random']
+    assert (recipes['192px-random']['act_type'], recipes['192px-random']['learning_rate']) == (
+        'swish', 1.28)
+    old = dict(json.loads(json.dumps(dataclasses.asdict(plan))), candidates=[192, 256])
+    assert prepare.plan_from_record(old).candidates == ('192px', '256px')

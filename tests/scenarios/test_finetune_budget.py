@@ -1,19 +1,21 @@
 """`python finetune.py --max_minutes=N` as a user runs it, the budget used: a real short run of
 the tiny model ends within 10% of a planted 4-minute budget (the steps corrected from the
-stages' measured times and the first steps' rate, finetune/budget.py); and a real search of two
-input sizes (finetune/search.py) whose winner goes on to the end.
+stages' measured times and the first steps' rate, finetune/budget.py); and a real search of an
+ImageNet backbone against random weights (finetune/search.py) whose winner goes on to the end.
 
 Both read the cost table the plan reads on this machine (the package's, or the one `bench.py
 finetune_costs` measured here): the 10% holds where that table is this machine's when quiet.
 The search uses a table of its own, planted with EFFICIENTDET_FINETUNE_COSTS, whose figures make
-the plan search (two sizes, neither getting 50 passes); the run then measures its own."""
+the plan search; the run then measures its own."""
 import json
 import os
 
 import pytest
+import yaml
 
 from cli_runs import run_python
 from test_finetune import make_coco
+from test_finetune_reruns import _lite0_pth
 
 # The tiny model of cli_runs.TINY_HPARAMS without its image size, so that the plan sizes it.
 TINY_MODEL = 'min_level=3,max_level=5,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1'
@@ -50,10 +52,10 @@ def test_a_four_minute_budget_ends_within_ten_percent(tmp_path):
 
 
 def _search_table(path):
-    """Lite0 at 128 px 40 images/s, at 192 px 24; 10 s start-ups; small fixed stages: 200
-    photos of 160 px (160 to train) in 5 min get 47 passes at 128 px and 27 at 192, so the plan
-    trains 128 px and tries 192 beside it (10 + 54 x 8 / 24 + 1.8 + 10 = 39.8 s, under a
-    quarter of 128's training)."""
+    """Lite0 at 128 px 40 images/s, at 192 px 24; 10 s start-ups; small fixed stages: 640
+    photos of 160 px (512 to train) in 5 min get 13 passes at 128 px and 7 at 192, so the plan
+    trains 128 px; from an ImageNet backbone, with 500 whole photos or more, it tries random
+    weights beside it at 128 px (trying 192 px too would cost over a quarter of the training)."""
     with open(path, 'w') as stream:
         json.dump({'machine': 'planted for the test', 'cores': 2, 'date': 'today',
                    'training': [{'model': 'efficientdet-lite0', 'image_size': size,
@@ -68,20 +70,27 @@ def _search_table(path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_search_tries_two_sizes_and_the_winner_goes_on(tmp_path):
-    data = make_coco(str(tmp_path / 'data'), count=200)
+def test_a_search_tries_imagenet_and_random_weights_and_the_winner_goes_on(tmp_path):
+    """The ImageNet .pth is Lite0's names and shapes with small random values
+    (test_finetune_reruns): which start wins is the measurement's; the winner's weights,
+    rate and activation go on with it."""
+    data = make_coco(str(tmp_path / 'data'), count=640)
     out = str(tmp_path / 'out')
     table = _search_table(str(tmp_path / 'costs.json'))
+    weights = _lite0_pth(str(tmp_path / 'efficientnet-lite0-57934424.pth'))
     result = run_python(['finetune.py', '--data=%s' % data, '--output_dir=%s' % out,
-                         '--max_minutes=5', '--hparams=%s' % TINY_MODEL], timeout=1700,
+                         '--max_minutes=5', '--weights=%s' % weights,
+                         '--hparams=%s' % TINY_MODEL], timeout=1700,
                         env={'EFFICIENTDET_FINETUNE_COSTS': table})
     assert result.returncode == 0, result.stdout[-5000:]
-    # The plan's search line (192 first when the doctor, run at 128, advised it).
-    assert '128 px against 192 px' in result.stdout or '192 px against 128 px' in result.stdout
+    assert ('128px from the ImageNet backbone against 128px-random from random weights'
+            in result.stdout), result.stdout[-5000:]
     with open(os.path.join(out, 'search.json')) as stream:
         search = json.load(stream)
     tried = {entry['name']: entry for entry in search['tried']}
-    assert set(tried) == {'128px', '192px'}
+    assert set(tried) == {'128px', '128px-random'}
+    assert (tried['128px']['weights'], tried['128px-random']['weights']) == (
+        'backbone', 'random')
     for entry in tried.values():  # Each scored at its first evaluation.
         assert 0.0 <= entry['AP50'] <= 1.0 and entry['step'] < entry['of_steps']
     winner = tried[search['winner']]
@@ -89,10 +98,16 @@ def test_a_search_tries_two_sizes_and_the_winner_goes_on(tmp_path):
     assert all(round(winner['AP50'], 3) >= round(entry['AP50'], 3) for entry in tried.values())
     assert search['line'] in result.stdout
     with open(os.path.join(out, 'plan.yaml')) as stream:
-        header = stream.read()
-    assert '# search: ' + search['line'] in header
+        text = stream.read()
+    assert '# search: ' + search['line'] in text
+    recipe = yaml.safe_load(text)
+    random = search['winner'] == '128px-random'
+    assert ('backbone_ckpt' in recipe, recipe.get('act_type'), recipe['learning_rate']) == (
+        (False, 'swish', 1.28) if random else (True, None, 0.08))
+    with open(os.path.join(out, 'plan.json')) as stream:
+        assert json.load(stream)['weights']['kind'] == ('' if random else 'backbone')
     summary = _summary(out)
-    assert summary['image_size'] == winner['image_size']
+    assert summary['image_size'] == winner['image_size'] == 128
     # The winner went on from its checkpoint: training passed its search step.
     assert summary['steps_trained'] > winner['step']
     assert not os.path.exists(os.path.join(out, 'candidates'))

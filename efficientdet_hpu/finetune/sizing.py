@@ -1,7 +1,8 @@
-"""Whether to tile, and the input size of whole photos: as small as the photos' boxes allow, as large as the photos
-and the model's own size, and within those the largest that the budget trains for enough
-passes; where that trade cannot be settled by rule (a smaller size buys passes, a larger one
-detail), two sizes to try (finetune/search.py). Pure: numbers in, numbers and reasons out.
+"""Whether to tile, and the input size of whole photos: as small as the photos' boxes allow, as
+large as the photos and the model's own size, and within those the largest that the budget
+trains for enough passes; where that trade cannot be settled by rule (a smaller size buys
+passes, a larger one detail), two sizes to try (finetune/search.py). Pure: numbers in, numbers
+and reasons out.
 """
 import math
 

@@ -6,18 +6,21 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    evaluations, as plan.yaml gives main.py); their time against the estimate
                    scales the estimates of the start-up, evaluations and export (Python and
                    files, as they are), not the training rate (the first steps measure it)
-  first steps      once main.py is PROBE_STEPS steps in, past the frozen backbone's steps
-                   and past its first evaluation: its rate (the median over its records but
-                   the first, which holds the first step's one-off cost), its start-up and an
-                   evaluation's seconds (at most the table's) against the cost table's. More
-                   steps fit: when they add more than TOLERANCE of the plan's, training is
-                   stopped (SIGTERM: a checkpoint), plan.yaml gets the new number of
-                   evaluations and main.py resumes from the checkpoint. Fewer fit: the same,
-                   unless the planned steps overrun the budget by less than a restart costs;
-                   then the time budget stops training (a checkpoint) a little before the
-                   plan's last step. The start-up's ratio to the table's scales the estimate of
-                   the whole-photo evaluation with the export (a busier or slower machine slows
-                   them alike), and so moves the time-budget stop (training_stop)
+  first steps      once main.py has logged PROBE_RECORDS records past the frozen backbone's
+                   steps (and PROBE_STEPS in) and past its first evaluation: its rate (their
+                   median: the steps before run slower, the first holding the first step's
+                   one-off cost), its start-up and an evaluation's seconds (at most the
+                   table's) against the cost table's. When the steps that fit differ from the
+                   plan's by more than TOLERANCE, training is stopped (SIGTERM: a checkpoint),
+                   plan.yaml gets the new number of evaluations (and the schedule that follows
+                   them) and main.py resumes from the checkpoint. Fewer fit by less: the time
+                   budget stops training (a checkpoint) a little before the plan's last step.
+                   A restart costs a start-up, but a time-budget stop costs more: it cuts the
+                   cosine before its rate reaches zero, where these runs gain the most, and
+                   the steps after the last evaluation are never scored. The start-up's ratio
+                   to the table's scales the estimate of the whole-photo evaluation with the
+                   export (a busier or slower machine slows them alike), and so moves the
+                   time-budget stop (training_stop)
 The arithmetic is pure (`corrected_evaluations`); RateProbe reads main.py's train_log.jsonl.
 """
 import dataclasses
@@ -30,7 +33,8 @@ import time
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
 # The run's rate off the one its steps were set from by more than this: the closing line says so.
 TOLERANCE_RATE = 0.1
-PROBE_STEPS = 10  # The rate is read from the first log record at least this many steps in.
+PROBE_STEPS = 10  # The rate is read from log records at least this many steps in,
+PROBE_RECORDS = 3  # and this many of them past the freeze and the first evaluation.
 LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.
 
 
@@ -122,11 +126,13 @@ class RateProbe:
         first = logged[0]
         evaluated = [r['step'] for r in log if r.get('event') == 'eval'
                      and r.get('step', 0) > first['step']]
-        for index, record in enumerate(logged[1:], 1):
-            between = [step for step in evaluated if step < record['step']]
-            if record['step'] >= self.from_step and between:
-                return first, record, [r['images_per_sec'] for r in logged[1:index + 1]], between
-        return None
+        settled = [r for r in logged[1:] if evaluated and r['step'] > evaluated[0]
+                   and r['step'] >= self.from_step][:PROBE_RECORDS]
+        if len(settled) < PROBE_RECORDS:
+            return None
+        record = settled[-1]
+        return (first, record, [r['images_per_sec'] for r in settled],
+                [step for step in evaluated if step < record['step']])
 
     def __call__(self, line):
         if self.decision is not None or 'images/s' not in line:
@@ -175,12 +181,12 @@ def training_stop(deadline, final_seconds, probe=None, floor=60.0):
 def worth_restarting(plan, evaluations, fit) -> bool:
     """Whether stopping main.py to train `evaluations` evaluations (what fits after a restart)
     beats going on with the plan's, of which `fit` fit the time left without one: more steps
-    when they add more than TOLERANCE of the plan's; fewer when the plan overruns by more
-    evaluations than the restart costs (fit - evaluations), else the budget stops training."""
+    when they add more than TOLERANCE of the plan's; fewer when the plan overruns and the cut
+    is more than TOLERANCE of its steps (a time-budget stop would cost the end of the cosine
+    and the steps after the last evaluation: module docstring)."""
     if evaluations > plan.evaluations:
         return worth_changing(plan, evaluations)
-    overrun = plan.evaluations - fit
-    return overrun > max(0, fit - evaluations) and worth_changing(plan, evaluations)
+    return fit < plan.evaluations and worth_changing(plan, evaluations)
 
 
 def steps_line(plan, decision) -> str:
@@ -191,8 +197,8 @@ def steps_line(plan, decision) -> str:
                    'with the new number' % (decision['evaluations'] * plan.eval_interval,
                                             plan.steps))
     elif fit < plan.evaluations and not steps_asked(plan):
-        verdict = ('about %d of the planned %d steps fit; a restart would cost more than the '
-                   'rest: the time budget stops training' % (fit * plan.eval_interval, plan.steps))
+        verdict = ('about %d of the planned %d steps fit (within %d%%): the time budget stops '
+                   'training' % (fit * plan.eval_interval, plan.steps, 100 * TOLERANCE))
     else:
         verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
     evaluation = ('' if decision.get('evaluation') is None else

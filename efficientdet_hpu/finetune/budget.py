@@ -7,9 +7,9 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    scales the estimates of the start-up, evaluations and export (Python and
                    files, as they are), not the training rate (the first steps measure it)
   first steps      once main.py has logged PROBE_RECORDS records past the frozen backbone's
-                   steps (and PROBE_STEPS in) and past its first evaluation: its rate (their
-                   median: the steps before run slower, the first holding the first step's
-                   one-off cost), its start-up and an evaluation's seconds (at most the
+                   steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
+                   their steps; the steps before run slower, the first holding the first
+                   step's one-off cost), its start-up and an evaluation's seconds (at most the
                    table's) against the cost table's. When the steps that fit differ from the
                    plan's by more than TOLERANCE, training is stopped (SIGTERM: a checkpoint),
                    plan.yaml gets the new number of evaluations (and the schedule that follows
@@ -27,7 +27,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import time
 
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
@@ -98,11 +97,10 @@ def _train_records(model_dir, since, log=None):
 
 
 class RateProbe:
-    """A stop_when for runner.command: once main.py has logged a rate PROBE_STEPS steps in,
-    past the frozen backbone's steps and past its first evaluation, measures over the records
-    since its first (which holds the first step's one-off cost) the training rate (their
-    median images/s), the start-up and an evaluation's seconds (the window's time less its
-    steps'), decides the evaluations that fit, and answers True (stop and restart) when a
+    """A stop_when for runner.command: once main.py has logged PROBE_RECORDS rates past the
+    frozen backbone's steps and past its first evaluation, measures the training rate over their
+    steps, and from its first record (which holds the first step's one-off cost) on, the
+    start-up and an evaluation's seconds (the window's time less its steps'), decides the evaluations that fit, and answers True (stop and restart) when a
     restart is worth its cost (module docstring). `decision` then holds {'evaluations',
     'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
     that fit without a restart. `say`, when given, prints steps_line as soon as it decides."""
@@ -117,7 +115,7 @@ class RateProbe:
         self.decision = None
 
     def _window(self):
-        """(first record, last record, [rates], evaluations between) or None."""
+        """(first record, last record, the rate, evaluations between) or None."""
         log = _log(self.model_dir)
         logged = [r for r in _train_records(self.model_dir, self.started, log)
                   if r.get('images_per_sec')]
@@ -126,12 +124,17 @@ class RateProbe:
         first = logged[0]
         evaluated = [r['step'] for r in log if r.get('event') == 'eval'
                      and r.get('step', 0) > first['step']]
-        settled = [r for r in logged[1:] if evaluated and r['step'] > evaluated[0]
-                   and r['step'] >= self.from_step][:PROBE_RECORDS]
-        if len(settled) < PROBE_RECORDS:
+        index = [i for i, r in enumerate(logged) if i and evaluated and r['step'] > evaluated[0]
+                 and r['step'] >= self.from_step][:PROBE_RECORDS]
+        if len(index) < PROBE_RECORDS:
             return None
-        record = settled[-1]
-        return (first, record, [r['images_per_sec'] for r in settled],
+        record = logged[index[-1]]
+        # Each record's rate weighted by its steps: the one logged at an evaluation's step may
+        # hold a step or two and the checkpoint written before it.
+        steps = sum(logged[i]['step'] - logged[i - 1]['step'] for i in index)
+        seconds = sum((logged[i]['step'] - logged[i - 1]['step']) * self.plan.global_batch
+                      / logged[i]['images_per_sec'] for i in index)
+        return (first, record, steps * self.plan.global_batch / seconds,
                 [step for step in evaluated if step < record['step']])
 
     def __call__(self, line):
@@ -140,8 +143,7 @@ class RateProbe:
         window = self._window()
         if window is None:
             return False
-        first, record, rates, between = window
-        rate = statistics.median(rates)
+        first, record, rate, between = window
         batch = self.plan.global_batch
         # Start-up: the process's start to its first step, less the steps logged since.
         startup = max(1.0, first['time'] - self.started

@@ -100,8 +100,9 @@ class RateProbe:
     """A stop_when for runner.command: once main.py has logged PROBE_RECORDS rates past the
     frozen backbone's steps and past its first evaluation, measures the training rate over their
     steps, and from its first record (which holds the first step's one-off cost) on, the
-    start-up and an evaluation's seconds (the window's time less its steps'), decides the evaluations that fit, and answers True (stop and restart) when a
-    restart is worth its cost (module docstring). `decision` then holds {'evaluations',
+    start-up and an evaluation's seconds (the window's time less its steps'); decides the
+    evaluations that fit, and answers True (stop and restart) when a restart is worth its cost
+    (module docstring). `decision` then holds {'evaluations',
     'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
     that fit without a restart. `say`, when given, prints steps_line as soon as it decides."""
 

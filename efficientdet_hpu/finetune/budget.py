@@ -125,18 +125,19 @@ class RateProbe:
         first = logged[0]
         evaluated = [r['step'] for r in log if r.get('event') == 'eval'
                      and r.get('step', 0) > first['step']]
-        index = [i for i, r in enumerate(logged) if i and evaluated and r['step'] > evaluated[0]
+        if not evaluated:
+            return None
+        index = [i for i, r in enumerate(logged) if i and r['step'] > evaluated[0]
                  and r['step'] >= self.from_step][:PROBE_RECORDS]
         if len(index) < PROBE_RECORDS:
             return None
         record = logged[index[-1]]
         # Each record's rate weighted by its steps: the one logged at an evaluation's step may
         # hold a step or two and the checkpoint written before it.
-        steps = sum(logged[i]['step'] - logged[i - 1]['step'] for i in index)
-        seconds = sum((logged[i]['step'] - logged[i - 1]['step']) * self.plan.global_batch
-                      / logged[i]['images_per_sec'] for i in index)
-        return (first, record, steps * self.plan.global_batch / seconds,
-                [step for step in evaluated if step < record['step']])
+        spans = [(logged[i]['step'] - logged[i - 1]['step'], logged[i]['images_per_sec'])
+                 for i in index]
+        rate = sum(steps for steps, _ in spans) / sum(steps / each for steps, each in spans)
+        return first, record, rate, [step for step in evaluated if step < record['step']]
 
     def __call__(self, line):
         if self.decision is not None or 'images/s' not in line:
@@ -187,9 +188,8 @@ def worth_restarting(plan, evaluations, fit) -> bool:
     when they add more than TOLERANCE of the plan's; fewer when the plan overruns and the cut
     is more than TOLERANCE of its steps (a time-budget stop would cost the end of the cosine
     and the steps after the last evaluation: module docstring)."""
-    if evaluations > plan.evaluations:
-        return worth_changing(plan, evaluations)
-    return fit < plan.evaluations and worth_changing(plan, evaluations)
+    return ((evaluations > plan.evaluations or fit < plan.evaluations)
+            and worth_changing(plan, evaluations))
 
 
 def steps_line(plan, decision) -> str:

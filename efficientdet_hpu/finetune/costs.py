@@ -7,10 +7,11 @@ and date it was measured on.
 The table the plan reads: $EFFICIENTDET_FINETUNE_COSTS when set, else the one the command
 writes by default (~/.cache/efficientdet_hpu/finetune-costs.json) when it was measured on this
 CPU, else the table shipped with the package (finetune/cost_table.py, measured on this
-project's 2-core CPU VM). Sizes between the measured ones are interpolated in log-log (rate against pixels);
-variants not measured are scaled from their family's nearest measured entry by multiply-adds
-(docs/models.md) and pixels; other core counts linearly (an assumption, said with the
-estimate, and corrected by the first training steps' measured rate: finetune/budget.py).
+project's 2-core CPU VM). Sizes between the measured ones are interpolated in log-log (rate
+against pixels); variants not measured are scaled from their family's nearest measured entry by
+multiply-adds (docs/models.md) and pixels; other core counts linearly (an assumption, said with
+the estimate, and corrected before training by the stages' measured speed and then by the first
+training steps' measured rate: finetune/budget.py).
 """
 import dataclasses
 import json

@@ -355,8 +355,9 @@ def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> 
                    [('model', '%s: %s' % (model, model_why)),
                     ('weights', plan_reasons.weights_reason(request.weights))] + size_reasons
                    + search_reasons,
-                   plan_reasons.anchors_reason(tuple((k, v) for k, v in advice if k != 'image_size'),
-                                   not_taken), advice)
+                   plan_reasons.anchors_reason(
+                       tuple((k, v) for k, v in advice if k != 'image_size'), not_taken),
+                   advice)
 
 
 def plan_at(data, request, table, hardware, model, sized, search, reasons, anchors_why,

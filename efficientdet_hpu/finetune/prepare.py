@@ -298,7 +298,8 @@ def doctor_advice(runner, first, train, request):
     """The data doctor's advice (((key, value), ...)) for the first plan's model and size, on
     the training images it will train on (tiles when it tiles)."""
     layout = runner.layout
-    coco = stats.tiles_coco(train, first.tile_size, first.tile_overlap) if first.tile_size else train
+    tile = first.tile_size
+    coco = stats.tiles_coco(train, tile, first.tile_overlap) if tile else train
     atomic_file.write_json_atomically(layout.doctor_input, coco, indent=None)
     keys = [key for key in ('aspect_ratios', 'anchor_scale', 'image_size')
             if request.hparam(key) is None
@@ -422,9 +423,8 @@ def check_recipe(path):
 def plan_from_record(record) -> plan_lib.Plan:
     """A Plan from dataclasses.asdict(plan) (plan.json)."""
     values = dict(record, weights=plan_lib.Weights(**record['weights']))
-    for key in ('anchors', 'seconds', 'reasons', 'schedule_keys', 'model_keys'):
-        if key in record:
-            values[key] = tuple(tuple(item) for item in record[key])
+    for key in set(record) & {'anchors', 'seconds', 'reasons', 'schedule_keys', 'model_keys'}:
+        values[key] = tuple(tuple(item) for item in record[key])
     values['candidates'] = tuple(plan_lib.candidate_name(item) if isinstance(item, int) else
                                  item for item in record.get('candidates', ()))  # Sizes: older.
     return plan_lib.Plan(**values)

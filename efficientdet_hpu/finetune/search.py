@@ -23,13 +23,14 @@ import time
 
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
 
 GRACE_SECONDS = 900
 MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
 # The search runs only while its cost (scaled as the stages before ran slower or faster than
-# estimated) stays within this share of the training time left: plan.SEARCH_MAX_SHARE.
-SEARCH_SHARE = 0.25
+# estimated) stays within this share of the training time left, the plan's.
+SEARCH_SHARE = plan_lib.SEARCH_MAX_SHARE
 
 
 # Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise).

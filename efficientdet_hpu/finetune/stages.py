@@ -102,17 +102,9 @@ def latest_step(model_dir):
     return int(found.group(1)) if found else None
 
 
-def _training_log(model_dir):
-    try:
-        with open(os.path.join(model_dir, 'train_log.jsonl')) as stream:
-            return [json.loads(line) for line in stream if line.strip()]
-    except (OSError, ValueError):
-        return []
-
-
 def training_record(model_dir, stopped, minutes):
     """training.json: how training ended, its step, its measured images/s, the best."""
-    log = _training_log(model_dir)
+    log = budget.training_log(model_dir)
     rates = [r['images_per_sec'] for r in log if r.get('event') == 'train'
              and r.get('images_per_sec')]
     early = any(r.get('event') == 'early_stop' for r in log)

@@ -220,13 +220,30 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
 
 
 def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
-    # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33 and an
-    # evaluation 5.33; the rate stays the table's 10 images/s (the first steps measure it):
-    # 500 - 181.33 - 60 = 258.67 s; an interval 89 x 8 / 10 + 5.33 = 76.53 s: 3 of them.
+    # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33, an
+    # evaluation 5.33 and the rate the table's 10 images/s over 2, 5: 500 - 181.33 - 60 =
+    # 258.67 s; an interval 89 x 8 / 5 + 5.33 = 147.73 s: 1 of them (with the table's rate,
+    # 89 x 8 / 10 + 5.33 = 76.53 s, 3 would be planned).
     runner = _Runner(_written(plan, tmp_path), 72.0)
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
-    assert corrected.evaluations == 3 and corrected.images_per_second == 10.0
-    assert '2.0 times the estimate' in runner.said[0]
+    assert corrected.evaluations == 1 and corrected.images_per_second == 5.0
+    assert dict(corrected.seconds)['training'] == pytest.approx(89 * 8 / 5.0)  # At that rate.
+    assert ('2.0 times the estimate: the start-up, evaluations and export estimated as slow, '
+            'the training rate as the table\'s 10.0 over 2.0') in runner.said[0]
+
+
+def test_before_training_a_rate_measured_in_model_dir_is_not_scaled(plan, tmp_path):
+    # A search's winner logged 8 images/s in model/: that rate is the machine's own, so the
+    # stages' ratio of 2 scales the end (181.33 s) and start-up (60 s) but not it: 258.67 s
+    # over intervals of 89 x 8 / 8 + 5.33 = 94.33 s: 2 of them.
+    root = _written(plan, tmp_path)
+    (root / 'model').mkdir()
+    (root / 'model' / 'train_log.jsonl').write_text(json.dumps(
+        {'event': 'train', 'time': 1.0, 'step': 20, 'images_per_sec': 8.0}) + '\n')
+    runner = _Runner(root, 72.0)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
+    assert corrected.evaluations == 2 and corrected.images_per_second == 8.0
+    assert 'at 8.0 images/s (measured)' in runner.said[0] and 'over 2.0' not in runner.said[0]
 
 
 def test_a_value_hparams_set_stays_when_the_steps_change(plan, tmp_path):

@@ -1,19 +1,17 @@
-"""benchmarks/finetune_sets.py, finetune_suite.py and finetune_costs.py: the sets' formats as
-the fine-tune reads them, the hand recipe's steps for a budget, the cost table's two-point fit;
-slow: `bench.py finetune_costs --quick` writes a table the plan reads, and `bench.py
-finetune_suite --quick` runs both sides of its set."""
+"""benchmarks/finetune_sets.py and finetune_suite.py: the sets' formats as the fine-tune reads
+them, the hand recipe's steps for a budget; slow: `bench.py finetune_suite --quick` runs both
+sides of its set. finetune_costs.py: test_finetune_costs.py (a file of its own, so that the two
+slow commands run on both test workers)."""
 import json
 import os
 
 import pytest
 
 from cli_runs import run_python
-from efficientdet_hpu.benchmarks import finetune_costs
 from efficientdet_hpu.benchmarks import finetune_sets
 from efficientdet_hpu.benchmarks import finetune_suite
 from efficientdet_hpu.benchmarks.report import BenchError
 from efficientdet_hpu.datatools import synthetic_coco
-from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import inputs
 
 
@@ -63,26 +61,6 @@ def test_unknown_sets_are_named():
         'shapes-300', 'deepforest', 'aerial-4000', 'classes-20', 'few-grey-50']
 
 
-def test_a_cost_split_into_fixed_and_per_item():
-    # 2 s + 32 images at 16/s = 4 s; 2 s + 8 at 16/s = 2.5 s.
-    fixed, rate = finetune_costs._two_points(8, 32, 2.5, 4.0)  # pylint: disable=protected-access
-    assert (fixed, rate) == pytest.approx((2.0, 16.0))
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_the_costs_command_writes_a_table_the_plan_reads(tmp_path):
-    table_path = tmp_path / 'costs.json'
-    result = run_python(['bench.py', 'finetune_costs', '--quick', '--output=%s' % table_path],
-                        timeout=1400)
-    assert result.returncode == 0, result.stdout[-3000:]
-    table = costs.load(path=str(table_path))
-    rate, how = table.images_per_second('efficientdet-lite0', 128, table.cores)
-    assert rate > 0 and str(table_path) in how
-    assert table.final_seconds(rate, 10) > table.export_seconds > 0
-    assert table.machine in result.stdout
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(3000)
 def test_the_quick_suite_runs_both_sides(tmp_path):
@@ -96,14 +74,3 @@ def test_the_quick_suite_runs_both_sides(tmp_path):
     for ap50 in (cells[2], cells[5]):
         assert 0.0 <= float(ap50) <= 1.0
     assert os.path.exists(tmp_path / 'runs' / 'quick-shapes' / 'finetune' / 'summary.json')
-
-
-def test_a_table_written_as_a_module_reads_back(tmp_path):
-    import importlib.util
-    from efficientdet_hpu.finetune import cost_table
-    path = finetune_costs.write(cost_table.TABLE, str(tmp_path / 'cost_table.py'))
-    spec = importlib.util.spec_from_file_location('written_table', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.TABLE == cost_table.TABLE
-    assert costs.Table.from_json(module.TABLE).cores == 2

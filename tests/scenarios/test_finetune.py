@@ -2,7 +2,8 @@
 (PIL, a few boxes each), the tiny model (cli_runs.TINY_HPARAMS) for 2 steps, end to end: the
 plan, plan.yaml, main.py's training, the whole-photo evaluation with the error analysis and the
 picture, the SavedModel (and TFLite), summary.json. One run per format, shared by its
-assertions; bad input: one line, exit 2, nothing written; a rerun resumes (here: is done)."""
+assertions; bad input: one line, exit 2, nothing written; a rerun resumes (here: is done). The
+time budget's stop of training: test_finetune_budget.py."""
 import json
 import os
 
@@ -198,26 +199,3 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
         assert '  %s ' % topic in result.stdout
     assert 'dry run: nothing written' in result.stdout
     assert not os.path.exists(tmp_path / 'out')
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_training_stops_at_the_budget_and_the_best_checkpoint_is_evaluated(tmp_path):
-    """20000 planned steps (--steps skips the budget's arithmetic) in a 4-minute budget: no CPU
-    trains them in the 3 minutes training gets (its floor, as the evaluation and export need
-    about 3.5 of the 4), so SIGTERM comes: main.py checkpoints and exits, and the run goes on
-    with best/. --hparams makes the evaluations every 50 steps (epochs of 50 x 4 images) and
-    turns early stop off, so the test does not depend on this machine's speed or the AP."""
-    data = make_coco(str(tmp_path / 'data'))
-    schedule = 'num_examples_per_epoch=200,num_epochs=400,early_stop_patience=0'
-    result = run_python(['finetune.py', '--data=%s' % data, '--output_dir=%s' % (tmp_path / 'out'),
-                         '--steps=20000', '--max_minutes=4',
-                         '--hparams=%s,%s' % (TINY_HPARAMS, schedule)], timeout=1400)
-    assert result.returncode == 0, result.stdout[-5000:]
-    with open(tmp_path / 'out' / 'summary.json') as stream:
-        summary = json.load(stream)
-    assert summary['training_ended'] == 'stopped at the time budget'
-    assert 0 < summary['steps_trained'] < 20000 and summary['steps_planned'] == 20000
-    assert summary['best_step'] is not None and summary['best_step'] <= summary['steps_trained']
-    assert summary['checkpoint'].endswith('best')
-    assert os.path.isfile(os.path.join(summary['export'], 'saved_model.pb'))

@@ -59,8 +59,9 @@ def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatc
         reasons.append(('freezing', freezing_reason(plan.freeze_steps)))
     reasons.append(('early stop', early_stop_reason(plan.early_stop_patience)))
     parts = ', '.join('%s %.1f' % (part, seconds / 60.0) for part, seconds in plan.seconds)
-    reasons.append(('time', 'about %.0f min (%s) at %.1f training images/s (%s)%s; the first '
-                            'training steps\' measured rate corrects the steps' % (
+    reasons.append(('time', 'about %.0f min (%s) at %.1f training images/s (%s)%s; the '
+                            'stages\' measured times, then the first training steps\' rate, '
+                            'correct the steps' % (
                                 plan.total_seconds / 60.0, parts, plan.images_per_second,
                                 rate_source, '; ' + mismatch if mismatch else '')))
     return reasons

@@ -131,7 +131,7 @@ def entry_point():
     flags.DEFINE_integer('worst', analysis_report.WORST_COUNT, 'Worst images to draw.')
     flags.DEFINE_bool('verbose', False, 'Tracebacks with errors.')
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

@@ -17,6 +17,7 @@ command resumes. docs/finetune.md.
 from absl import app, flags
 
 from efficientdet_hpu.core import command_help
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner
@@ -93,7 +94,7 @@ def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

@@ -101,7 +101,7 @@ def entry_point():
     flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
     flags.mark_flag_as_required('model_dir')
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

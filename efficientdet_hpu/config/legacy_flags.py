@@ -16,8 +16,6 @@ The TPU-era flags of the automl seed (`--use_tpu`, `--tpu`, ...) are defined so 
 lines parse; `tpu_era_problems` says which ask for a TPU (an error) and which are ignored.
 """
 
-import os
-import sys
 
 from absl import flags
 from absl import logging
@@ -112,10 +110,7 @@ def parse_flags(argv):
     """absl's parsing (`app.run(main, flags_parser=parse_flags)`) after folding a separate
     --use_horovod value; a flag error (a typo, a bad value) is the one-line error of every
     command, exit status 2, with absl's suggestion ('Did you mean: model_dir ?')."""
-    try:
-        return flags.FLAGS(fold_use_horovod_value(argv))
-    except flags.Error as error:
-        sys.exit(errors.fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
+    return errors.parse_flags(fold_use_horovod_value(argv))
 
 
 def horovod_switch(value):

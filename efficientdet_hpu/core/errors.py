@@ -39,6 +39,17 @@ def fail(program, message, verbose=False):
     return EXIT_USER_ERROR
 
 
+def parse_flags(argv):
+    """absl's parser for `app.run(main, flags_parser=errors.parse_flags)`: a flag error (a
+    typo, a bad value) is the one error line, with absl's suggestion ('Did you mean: model_dir
+    ?'), exit status 2."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        sys.exit(fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
+
+
 def is_disk_full(error):
     """True for an OSError ENOSPC/EDQUOT or a TensorFlow error saying the same."""
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -337,7 +337,7 @@ def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

@@ -183,7 +183,7 @@ def entry_point():
     from efficientdet_hpu.core import command_help  # pylint: disable=g-import-not-at-top
     _define_flags(absl_flags)
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

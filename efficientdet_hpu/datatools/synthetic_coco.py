@@ -356,6 +356,7 @@ def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     from absl import app, flags  # pylint: disable=g-import-not-at-top
     from efficientdet_hpu.core import command_help  # pylint: disable=g-import-not-at-top
+    from efficientdet_hpu.core import errors  # pylint: disable=g-import-not-at-top
     flags.DEFINE_string('output_dir', None, 'Directory to write train/, val/, annotations/ to.')
     flags.DEFINE_integer('num_train', 800, 'Training images.', lower_bound=0)
     flags.DEFINE_integer('num_val', 100, 'Validation images.', lower_bound=0)
@@ -374,7 +375,7 @@ def entry_point():
     flags.DEFINE_bool('grey', False, 'Grey photos (one channel JPEG).')
     flags.mark_flag_as_required('output_dir')
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

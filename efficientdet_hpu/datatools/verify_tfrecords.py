@@ -24,6 +24,7 @@ from absl import flags
 import tensorflow as tf
 
 from efficientdet_hpu.core import command_help
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import worker_pool
 from efficientdet_hpu.core.errors import UserError, fail
 from efficientdet_hpu.data import label_map as label_map_lib
@@ -234,14 +235,6 @@ def _usage_error(message: str) -> None:
     sys.exit(fail('verify_tfrecords', message))
 
 
-def parse_flags(argv):
-    """absl's parser, with a flag error as one line and exit status 2."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as error:
-        _usage_error(f'{error} (see --help)')
-
-
 def main(argv) -> None:
     if len(argv) < 2:
         _usage_error("give the shards to check: python -m dataset.verify_tfrecords "
@@ -262,7 +255,7 @@ def entry_point():
     """Parses the command line and runs the command (the module's `main`)."""
     define_flags()
     command_help.install(__name__)
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

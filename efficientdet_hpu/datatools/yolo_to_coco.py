@@ -376,7 +376,7 @@ def main(argv) -> None:
 def entry_point():
     define_flags()
     command_help.install(__name__)
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
 """finetune/runner.py: a stage's command under its deadline, its output in logs/, a child's
 one-line user error raised as the fine-tune's own, any other failure naming the log. The
-commands here are the VOC converter's (no TensorFlow), failing on purpose."""
+commands here are the VOC converter's (no TensorFlow) and py_compile, failing on purpose."""
 import io
 import os
 
@@ -27,10 +27,12 @@ def test_a_childs_user_error_is_its_one_line(runner, tmp_path):
     assert runner.stream.getvalue() == ''  # Shown only with echo or --verbose.
 
 
-def test_another_failure_names_the_command_its_status_and_its_log(runner):
-    with pytest.raises(runner_lib.StageFailed, match=r'voc-bad failed \(exit status 1\).*'
-                                                     r'logs/voc-bad.log'):
-        runner.command('voc-bad', 'voc', [], 120)  # Required flags missing: absl exits 1.
+def test_another_failure_names_the_command_its_status_and_its_log(runner, monkeypatch):
+    # A child that fails other than with a user error: py_compile of a missing file exits 1.
+    monkeypatch.setitem(runner_lib.MODULES, 'compile', 'py_compile')
+    with pytest.raises(runner_lib.StageFailed, match=r'compile-bad failed \(exit status 1\).*'
+                                                     r'logs/compile-bad.log'):
+        runner.command('compile-bad', 'compile', ['/nonexistent/absent.py'], 120)
 
 
 def test_echo_shows_the_lines_as_they_come(runner, tmp_path):

@@ -28,9 +28,6 @@ from efficientdet_hpu.finetune import plan_file
 
 GRACE_SECONDS = 900
 MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
-# The search runs only while its cost (scaled as the stages before ran slower or faster than
-# estimated) stays within this share of the training time left, the plan's.
-SEARCH_SHARE = plan_lib.SEARCH_MAX_SHARE
 
 
 # Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise).
@@ -158,12 +155,15 @@ def search_stage(runner, plan, deadline, from_record, spent):
     left = None if deadline is None else deadline - time.time()
     training_left = None if left is None else left - (
         parts['whole photos + export'] + parts['start-up']) * load
-    if left is not None and parts.get('search', 0.0) * load > SEARCH_SHARE * training_left:
+    # The plan's share, of the training time left now, the cost scaled as the stages before
+    # ran slower or faster than estimated.
+    share = plan_lib.SEARCH_MAX_SHARE
+    if left is not None and parts.get('search', 0.0) * load > share * training_left:
         line = ('not searched: %.1f min left, and the stages before took %.1f times their '
                 'estimate: the search would cost about %.1f min, over %d%% of the training '
                 'left; %s, the plan\'s own, goes on' % (
                     left / 60.0, load, parts.get('search', 0.0) * load / 60.0,
-                    100 * SEARCH_SHARE, plan.candidates[0]))
+                    100 * share, plan.candidates[0]))
         runner.say('  ' + line)
         kept = dataclasses.replace(plan, reasons=tuple(
             (topic, line if topic == 'search' else text) for topic, text in plan.reasons))

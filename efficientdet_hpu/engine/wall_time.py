@@ -33,11 +33,12 @@ def process_cpu_sec():
 
 
 class WallTime:
-    """The run's clock: seconds and counts per phase since the process started."""
+    """The run's clock: seconds and counts per phase since the process started, on the
+    monotonic clock (a step of the system clock, e.g. when a VM resumes, moves none of them)."""
 
     def __init__(self):
         age = train_log.process_age_sec()
-        self._since = time.time()
+        self._since = time.monotonic()
         self._started = self._since - (age or 0.0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.seconds[STARTUP] = self._since - self._started
@@ -45,7 +46,7 @@ class WallTime:
         self._stack = [STARTUP]  # The base phase, then the phases entered.
 
     def _switch(self):
-        now = time.time()
+        now = time.monotonic()
         self.seconds[self._stack[-1]] += now - self._since
         self._since = now
 

@@ -26,7 +26,6 @@ import tensorflow as tf
 from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import worker_pool
-from efficientdet_hpu.core.errors import UserError, fail
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.data import shard_check
 from efficientdet_hpu.data import tfrecord_framing as framing
@@ -47,7 +46,7 @@ _FIXES = (  # (kinds of bad record, what to do about the shards holding them)
 )
 
 
-class UsageError(UserError):
+class UsageError(errors.UserError):
     """A user mistake in the command line; the message names it and the fix."""
 
 
@@ -232,7 +231,7 @@ def run(shards: list, labels: LabelSpace, num_workers: int, box_tolerance: float
 
 
 def _usage_error(message: str) -> None:
-    sys.exit(fail('verify_tfrecords', message))
+    sys.exit(errors.fail('verify_tfrecords', message))
 
 
 def main(argv) -> None:

@@ -16,7 +16,6 @@ The TPU-era flags of the automl seed (`--use_tpu`, `--tpu`, ...) are defined so 
 lines parse; `tpu_era_problems` says which ask for a TPU (an error) and which are ignored.
 """
 
-
 from absl import flags
 from absl import logging
 

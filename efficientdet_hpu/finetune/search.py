@@ -142,6 +142,25 @@ def result_line(results, winner) -> str:
     return 'tried %s; %s goes on: %s' % (tried, winner, why)
 
 
+def skipped_line(plan, left, load):
+    """The `not searched: ...` line where the search no longer fits the run (None where it
+    does): its cost, scaled by the stages' ratio `load`, over SEARCH_RUN_MAX_SHARE of the
+    training in the `left` seconds (None: no deadline) once the end and a start-up are kept."""
+    if left is None:
+        return None
+    parts = dict(plan.seconds)
+    cost = parts.get('search', 0.0) * load
+    training_left = left - (parts['whole photos + export'] + parts['start-up']) * load
+    share = plan_lib.SEARCH_RUN_MAX_SHARE
+    if cost <= share * training_left:
+        return None
+    return ('not searched: %.1f min left, and the stages before took %.1f times their estimate: '
+            'the search would cost about %.1f min, over %.1f%% of the training left (the plan\'s '
+            '%d%%, with room for stages %.1f times their estimate); %s, the plan\'s own, goes on'
+            % (left / 60.0, load, cost / 60.0, 100 * share, 100 * plan_lib.SEARCH_MAX_SHARE,
+               share / plan_lib.SEARCH_MAX_SHARE, plan.candidates[0]))
+
+
 def search_stage(runner, plan, deadline, from_record, spent):
     """Runs the search when the plan has candidates and none has run; returns the plan to
     train (the winner's), with plan.yaml, plan.json and model/ the winner's. from_record:
@@ -150,20 +169,9 @@ def search_stage(runner, plan, deadline, from_record, spent):
     record_path = layout.path('search.json')
     if not plan.candidates or os.path.exists(record_path):
         return plan
-    parts = dict(plan.seconds)
-    load = budget.stages_load(plan, spent)
-    left = None if deadline is None else deadline - time.time()
-    training_left = None if left is None else left - (
-        parts['whole photos + export'] + parts['start-up']) * load
-    # The plan's share, of the training time left now, the cost scaled as the stages before
-    # ran slower or faster than estimated.
-    share = plan_lib.SEARCH_MAX_SHARE
-    if left is not None and parts.get('search', 0.0) * load > share * training_left:
-        line = ('not searched: %.1f min left, and the stages before took %.1f times their '
-                'estimate: the search would cost about %.1f min, over %d%% of the training '
-                'left; %s, the plan\'s own, goes on' % (
-                    left / 60.0, load, parts.get('search', 0.0) * load / 60.0,
-                    100 * share, plan.candidates[0]))
+    line = skipped_line(plan, None if deadline is None else deadline - time.time(),
+                        budget.stages_load(plan, spent))
+    if line:
         runner.say('  ' + line)
         kept = dataclasses.replace(plan, reasons=tuple(
             (topic, line if topic == 'search' else text) for topic, text in plan.reasons))

@@ -90,7 +90,7 @@ def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
 def test_a_slow_start_skips_the_search(tmp_path):
     """SMALL_PHOTOS in 20 min from the ImageNet backbone plans 192 px against 192 px from
     random weights (tests/finetune/test_sizing.py): the data stage planned at 66 s took 198,
-    three times: the search's 161 s would cost 483 s, over a quarter of the 1000 - (91.67 + 30)
+    three times: the search's 161 s would cost 483 s, over 37.5% of the 1000 - (91.67 + 30)
     x 3 = 635 s of training left."""
     import time
     from efficientdet_hpu.finetune import plan as plan_lib
@@ -119,6 +119,26 @@ def test_a_slow_start_skips_the_search(tmp_path):
     assert line.endswith("192px, the plan's own, goes on")
     with open(tmp_path / 'search.json') as stream:
         assert json.load(stream)['tried'] == []
+
+
+def test_stages_half_again_as_slow_keep_a_planned_search_three_times_drop_it():
+    """The same plan (search 161 s, end 91.67 s, start-up 30 s) with 1000 s left: at 1.5 times
+    the search costs 241.5 s of 1000 - 121.67 x 1.5 = 817.5 s of training left, 29.5%, over
+    the plan's 25% and kept (the run's 37.5% leaves room for a slower machine and a noisy data
+    stage); at 3 times, 483 s of 635 s, dropped with the line that says why."""
+    from efficientdet_hpu.finetune import plan as plan_lib
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY,
+                              plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
+    parts = dict(plan.seconds)
+    assert (round(parts['search']), round(parts['whole photos + export'] + parts['start-up'],
+                                          2)) == (161, 121.67)
+    assert search.skipped_line(plan, 1000.0, 1.5) is None
+    assert search.skipped_line(plan, None, 3.0) is None  # No deadline: nothing to fit.
+    assert search.skipped_line(plan, 1000.0, 3.0) == (
+        'not searched: 16.7 min left, and the stages before took 3.0 times their estimate: the '
+        'search would cost about 8.1 min, over 37.5% of the training left (the plan\'s 25%, '
+        'with room for stages 1.5 times their estimate); 192px, the plan\'s own, goes on')
 
 
 def test_each_candidate_is_written_under_its_name_and_read_back(tmp_path):

@@ -20,9 +20,9 @@ def _search_table(path):
     trains 128 px; from an ImageNet backbone, with 500 whole photos or more, it tries random
     weights beside it at 128 px (trying 192 px too would cost over a quarter of the training).
     The data stage's estimate (66 s, with a 45 s doctor) is over three times its 18 s on a
-    quiet 2-core box: the stages' ratio scales the search's cost, and over about 1.3 the
-    search no longer fits a quarter of the training left and is skipped (test_search checks
-    that line), so the search stays when another test shares the machine."""
+    quiet 2-core box: the stages' ratio scales the search's cost, which at about 1.3 would
+    pass a quarter of the training left and only past plan.SEARCH_RUN_MAX_SHARE is skipped
+    (test_search checks that line), so the search stays when another test shares the machine."""
     with open(path, 'w') as stream:
         json.dump({'machine': 'planted for the test', 'cores': 2, 'date': 'today',
                    'training': [{'model': 'efficientdet-lite0', 'image_size': size,

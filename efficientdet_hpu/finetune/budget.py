@@ -107,11 +107,27 @@ def _train_records(model_dir, since, log=None):
             if r.get('event') == 'train' and r.get('time', 0) >= since]
 
 
+def _pauses(logged, evaluated, last_step, plan):
+    """The seconds training paused at each evaluation before `last_step`: the time between
+    the train records around it less their steps at the rate of the record after it (main.py
+    measures that rate from the step after the pause). Over one log interval, not the whole
+    window: a rate a few percent off over hundreds of steps would hide a pause of seconds."""
+    pauses = []
+    for step in (step for step in evaluated if step < last_step):
+        before = [r for r in logged if r['step'] <= step]
+        after = [r for r in logged if r['step'] > step]
+        if before and after and after[0].get('images_per_sec'):
+            pauses.append(max(0.0, after[0]['time'] - before[-1]['time'] - (
+                after[0]['step'] - before[-1]['step']) * plan.global_batch
+                / after[0]['images_per_sec']))
+    return pauses or [0.0]
+
+
 class RateProbe:
     """A stop_when for runner.command: once main.py has logged PROBE_RECORDS rates past the
     frozen backbone's steps and past its first evaluation, measures the training rate over their
     steps, and from its first record (which holds the first step's one-off cost) on, the
-    start-up and an evaluation's seconds (the window's time less its steps'); decides the
+    start-up and an evaluation's seconds (the pause around each, _pauses); decides the
     evaluations that fit, and answers True (stop and restart) when a restart is worth its cost
     (module docstring). `decision` then holds {'evaluations',
     'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
@@ -148,7 +164,7 @@ class RateProbe:
         spans = [(logged[i]['step'] - logged[i - 1]['step'], logged[i]['images_per_sec'])
                  for i in index]
         rate = sum(steps for steps, _ in spans) / sum(steps / each for steps, each in spans)
-        return first, record, rate, [step for step in evaluated if step < record['step']]
+        return first, record, rate, _pauses(logged, evaluated, record['step'], self.plan)
 
     def __call__(self, line):
         if self.decision is not None or 'images/s' not in line:
@@ -156,7 +172,7 @@ class RateProbe:
         window = self._window()
         if window is None:
             return False
-        first, record, rate, between = window
+        first, record, rate, pauses = window
         batch = self.plan.global_batch
         # Start-up: the process's start to its first step, less the steps logged since.
         startup = max(1.0, first['time'] - self.started
@@ -164,9 +180,7 @@ class RateProbe:
         load = load_factor(startup, self.plan.startup_seconds)
         # The window's first evaluation also builds its graph (a one-off of a few seconds): the
         # measured figure is an upper bound, so the table's (times the load) caps it.
-        evaluation = min(max(0.0, record['time'] - first['time']
-                             - (record['step'] - first['step']) * batch / rate) / len(between),
-                         planned_evaluation_seconds(self.plan) * load)
+        evaluation = min(sum(pauses) / len(pauses), planned_evaluation_seconds(self.plan) * load)
         left = self.deadline - time.time()
         fit, evaluations = (corrected_evaluations(self.plan, left, record['step'], rate, restart,
                                                   load, evaluation)

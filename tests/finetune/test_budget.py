@@ -119,6 +119,23 @@ def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_p
     assert (capped.decision['step'], capped.decision['evaluation']) == (105, 2.7)
 
 
+def test_the_evaluation_is_the_pause_around_it_not_the_window_less_its_steps(plan, tmp_path):
+    """Training slows after the evaluation (10 images/s from step 100). The window's rate, 25
+    steps each at 20, 20 and 10 images/s, is 15 images/s: the window less its steps at that
+    rate, 92 - 40 - 100 x 8 / 15 = -1.3 s, would read as no evaluation at all. The log interval
+    around it, at the rate logged after it: 62 - 50 - 25 x 8 / 20 = 2 s."""
+    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
+
+    def train(step, rate, seconds):
+        return {'event': 'train', 'step': step, 'images_per_sec': rate,
+                'time': probe.started + seconds}
+    (tmp_path / 'train_log.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in (
+        train(25, 3.0, 40), train(50, 20.0, 50), {'event': 'eval', 'step': 50},
+        train(75, 20.0, 62), train(100, 20.0, 72), train(125, 10.0, 92))))
+    probe('step 125/890 ... images/s')
+    assert (probe.decision['rate'], probe.decision['evaluation']) == (15.0, 2.0)
+
+
 def test_fewer_steps_restart_unless_the_cut_is_within_the_tolerance(plan):
     # The plan's 10 evaluations of 89 steps; (after a restart, without one). A time-budget stop
     # would cut the cosine's end and the steps after the last evaluation: any cut over 5% of

@@ -31,10 +31,9 @@ KEEP_SCALE_COVERAGE = 0.9
 # A search costs each other candidate's start-up, first evaluation interval and evaluation, and
 # a start-up to continue the winner: tried only where that is at most this share of the training.
 SEARCH_MAX_SHARE = 0.25
-# The run drops a planned search only where its cost, scaled by the stages' ratio (their measured
-# time over their estimate), is over this share of the training left: a search the plan fitted
-# goes ahead on stages up to 1.5 times their estimate (a machine a little slower than the cost
-# table's, the noise of a data stage of seconds), not on a machine twice as busy.
+# The run drops a planned search past this share of the training left, its cost scaled by the
+# stages' measured time over their estimate: it goes ahead on stages up to 1.5 times their
+# estimate (a VM slower than the cost table's, a short data stage's noise), not twice as busy.
 SEARCH_RUN_MAX_SHARE = 1.5 * SEARCH_MAX_SHARE
 RANDOM_START_MIN_PHOTOS = 500  # Whole photos: fewer, and random weights are not tried (_search).
 PASSES, MIN_STEPS, MAX_STEPS = schedule_lib.PASSES, schedule_lib.MIN_STEPS, schedule_lib.MAX_STEPS

@@ -107,7 +107,7 @@ def _train_records(model_dir, since, log=None):
             if r.get('event') == 'train' and r.get('time', 0) >= since]
 
 
-def _pauses(logged, evaluated, last_step, plan):
+def _pauses(logged, evaluated, last_step, batch):
     """The seconds training paused at each evaluation before `last_step`: the time between
     the train records around it less their steps at the rate of the record after it (main.py
     measures that rate from the step after the pause). Over one log interval, not the whole
@@ -118,8 +118,7 @@ def _pauses(logged, evaluated, last_step, plan):
         after = [r for r in logged if r['step'] > step]
         if before and after and after[0].get('images_per_sec'):
             pauses.append(max(0.0, after[0]['time'] - before[-1]['time'] - (
-                after[0]['step'] - before[-1]['step']) * plan.global_batch
-                / after[0]['images_per_sec']))
+                after[0]['step'] - before[-1]['step']) * batch / after[0]['images_per_sec']))
     return pauses or [0.0]
 
 
@@ -164,7 +163,8 @@ class RateProbe:
         spans = [(logged[i]['step'] - logged[i - 1]['step'], logged[i]['images_per_sec'])
                  for i in index]
         rate = sum(steps for steps, _ in spans) / sum(steps / each for steps, each in spans)
-        return first, record, rate, _pauses(logged, evaluated, record['step'], self.plan)
+        pauses = _pauses(logged, evaluated, record['step'], self.plan.global_batch)
+        return first, record, rate, pauses
 
     def __call__(self, line):
         if self.decision is not None or 'images/s' not in line:

@@ -125,22 +125,27 @@ def execute(run):
     preemption.install()
     check_anchor_coverage(run)
     announce_resume(run)
-    if options.mode == 'train':
-        train_until(run, run.settings.schedule.total_steps, clock)
-        if options.eval_after_training:
-            with wall_time.phase(clock, wall_time.EVALUATIONS):
-                checkpoint_eval.evaluate_latest(run)
-            preemption.stop_if_asked(options.model_dir)
-    else:
-        train_and_eval(run, clock)
+    try:
+        if options.mode == 'train':
+            train_until(run, run.settings.schedule.total_steps, clock)
+            if options.eval_after_training:
+                with wall_time.phase(clock, wall_time.EVALUATIONS):
+                    checkpoint_eval.evaluate_latest(run)
+                preemption.stop_if_asked(options.model_dir)
+        else:
+            train_and_eval(run, clock)
+    except preemption.Stopped as stop:  # Every rank raises it: the ranks agreed on the step.
+        report_wall_time(run, clock, stop.step)
+        raise
     report_skipped(run)
     report_wall_time(run, clock)
     return 0
 
 
-def report_wall_time(run, clock):
-    """Rank 0: where the run's wall time went, one line and a JSON log record."""
-    step = current_step(run)
+def report_wall_time(run, clock, step=None):
+    """Rank 0: where the run's wall time went, one line and a JSON log record (step: the
+    stop's, agreed by the ranks; None asks rank 0's checkpoint, a collective)."""
+    step = current_step(run) if step is None else step
     if not distributed.is_main():
         return
     record = clock.record(run.options.mode, step)

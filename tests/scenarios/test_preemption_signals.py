@@ -63,6 +63,9 @@ def test_sigterm_to_a_one_process_run_keeps_the_step_and_the_rerun_goes_on(tiny_
     assert max(_steps_logged(log_path)) == step  # The step reached is the one kept.
     assert _latest_step(model_dir) == step
     assert not os.path.exists(os.path.join(model_dir, '.lock'))  # A clean end frees model_dir.
+    # Where the time went, as at a whole run's end, before the stop's line.
+    wall = re.search(r'^wall time [0-9.]+ s: start-up .*; process CPU', output, re.M)
+    assert wall and wall.start() < output.index('main.py: stopped by'), output[-3000:]
 
     # The same command continues (a shorter schedule, 3 or 4 steps more: the first step of a
     # run is not logged).

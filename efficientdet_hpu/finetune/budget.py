@@ -325,6 +325,27 @@ def before_training(runner, plan, deadline, step, spent):
     return corrected
 
 
+def before_search(candidate, seconds_left, load):
+    """A search candidate's plan with the evaluations that fit `seconds_left` once the search's
+    other runs are spent, at the table's rate over the stages' ratio `load` (as before_training
+    sets the winner's; the search's cost holds the continuation's start-up). Returns (plan, why)
+    or (candidate, None) where that is within TOLERANCE. The winner then goes on under the
+    warm-up its rung trained under: a random start begun under a longer run's warm-up, its
+    steps cut after the search, stayed far behind (docs/dev/history.md)."""
+    parts = dict(candidate.seconds)
+    rate = candidate.images_per_second / load
+    evaluations = corrected_evaluations(candidate, seconds_left - parts.get('search', 0.0) * load,
+                                        0, rate, candidate.startup_seconds * load, load)
+    if not worth_changing(candidate, evaluations):
+        return candidate, None
+    why = ('fitted before the search to the %.1f min left, less the search\'s %.1f, at %.1f '
+           'images/s (the table\'s %.1f over the stages\' ratio %.2f)' % (
+               seconds_left / 60.0, parts.get('search', 0.0) * load / 60.0, rate,
+               candidate.images_per_second, load))
+    return with_evaluations(dataclasses.replace(candidate, images_per_second=rate),
+                            evaluations, why), why
+
+
 def after_probe(runner, plan, decision):
     """The plan with the probe's evaluations, written (the probe said its line)."""
     if not decision['restart']:

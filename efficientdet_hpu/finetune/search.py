@@ -161,6 +161,26 @@ def skipped_line(plan, left, load):
                share / plan_lib.SEARCH_MAX_SHARE, plan.candidates[0]))
 
 
+def _fitted(runner, named, left, load):
+    """The candidates' steps fitted to the time `left` before their rungs (budget.before_search),
+    their plan.yaml and plan.json rewritten; a value --hparams set stays."""
+    fitted = []
+    for name, candidate in named:
+        directory = candidate_dir(runner.layout, name)
+        recipe = os.path.join(directory, 'plan.yaml')
+        now, why = budget.before_search(candidate, left, load)
+        if why and plan_file.planned_evaluations(recipe) == candidate.evaluations:
+            runner.say('  %s: %d steps instead of %d: %s' % (name, now.steps, candidate.steps,
+                                                             why))
+            plan_file.set_evaluations(recipe, now.evaluations,
+                                      keys=plan_file.length_keys(candidate, now))
+            atomic_file.write_json_atomically(os.path.join(directory, 'plan.json'),
+                                              dataclasses.asdict(now))
+            candidate = now
+        fitted.append((name, candidate))
+    return fitted
+
+
 def search_stage(runner, plan, deadline, from_record, spent):
     """Runs the search when the plan has candidates and none has run; returns the plan to
     train (the winner's), with plan.yaml, plan.json and model/ the winner's. from_record:
@@ -184,6 +204,8 @@ def search_stage(runner, plan, deadline, from_record, spent):
     for name in plan.candidates:
         with open(os.path.join(candidate_dir(layout, name), 'plan.json')) as stream:
             named.append((name, from_record(json.load(stream))))
+    if deadline is not None:
+        named = _fitted(runner, named, deadline - time.time(), budget.stages_load(plan, spent))
     runner.say('  search: %s, each trained to its evaluation and compared by AP50; the better '
                'half goes on at each rung' % ' and '.join(plan.candidates))
     candidates = _Candidates(runner, named, deadline)

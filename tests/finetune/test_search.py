@@ -173,3 +173,46 @@ def test_each_candidate_is_written_under_its_name_and_read_back(tmp_path):
         'swish', 1.28)
     old = dict(json.loads(json.dumps(dataclasses.asdict(plan))), candidates=[192, 256])
     assert prepare.plan_from_record(old).candidates == ('192px', '256px')
+
+
+def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
+    """SMALL_PHOTOS' candidates (2440 steps, intervals of 244, search 161 s, start-up 30 s,
+    24 images/s) with the 1134 s left after the data stage: at the stages' ratio 1.0 the plan
+    stands; at 1.5, 16 images/s and 1134 - 241.5 of search - 137.5 of end - 45 of start-up =
+    710 s hold 5 intervals of 122 + 5.5 s: 1220 steps, the random start's warm-up a quarter of
+    them (305 steps) from its first step, which its continuation keeps."""
+    import yaml
+    from efficientdet_hpu.finetune import plan as plan_lib
+    from efficientdet_hpu.finetune import plan_file
+    from efficientdet_hpu.finetune import prepare
+    from efficientdet_hpu.finetune import runner as runner_lib
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+
+    class Runner:
+        layout = runner_lib.Layout(str(tmp_path))
+        said = []
+
+        def say(self, text=''):
+            self.said.append(text)
+    request = plan_lib.Request(weights=LITE0_PTH, max_minutes=20)
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=TABLE)
+    named = [(name, plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, name,
+                                            table=TABLE) if index else plan)
+             for index, name in enumerate(plan.candidates)]
+    search.write_candidates(Runner.layout, named, lambda chosen: yaml.safe_dump(
+        plan_file.recipe(chosen, 'train-*', 'val-*', 'val.json')))
+    runner = Runner()
+    assert search._fitted(runner, named, 1134.0, 1.0) == named and runner.said == []
+    fitted = dict(search._fitted(runner, named, 1134.0, 1.5))
+    random_start = fitted['192px-random']
+    assert (random_start.steps, random_start.eval_interval, random_start.warmup_steps) == (
+        1220, 244, 305)
+    recipe = yaml.safe_load((tmp_path / 'candidates' / '192px-random' / 'plan.yaml').read_text())
+    assert recipe['num_epochs'] == 5
+    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(305, 244)
+    with open(tmp_path / 'candidates' / '192px-random' / 'plan.json') as stream:
+        assert prepare.plan_from_record(json.load(stream)).steps == 1220
+    assert runner.said[1] == (
+        "  192px-random: 1220 steps instead of 2440: fitted before the search to the 18.9 min "
+        "left, less the search's 4.0, at 16.0 images/s (the table's 24.0 over the stages' "
+        "ratio 1.50)")

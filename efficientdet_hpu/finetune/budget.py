@@ -272,14 +272,14 @@ def measured_rate(model_dir):
     return rates[len(rates) // 2] if rates else None
 
 
-def rewrite(layout, plan, notes=(), was=None):
-    """plan.yaml's num_epochs (and, from `was`, the plan before, the keys that follow the
-    steps) and plan.json from `plan`."""
+def rewrite(plan_yaml, plan_json, plan, notes=(), was=None):
+    """The recipe at `plan_yaml`: num_epochs (and, from `was`, the plan before, the keys that
+    follow the steps); `plan_json` from `plan`. The run's (the Layout's) or a candidate's."""
     from efficientdet_hpu.core import atomic_file  # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
-    plan_file.set_evaluations(layout.plan_yaml, plan.evaluations, notes,
+    plan_file.set_evaluations(plan_yaml, plan.evaluations, notes,
                               plan_file.length_keys(was, plan) if was else None)
-    atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(plan))
+    atomic_file.write_json_atomically(plan_json, dataclasses.asdict(plan))
 
 
 def stages_load(plan, spent) -> float:
@@ -321,7 +321,7 @@ def before_training(runner, plan, deadline, step, spent):
     corrected = with_evaluations(dataclasses.replace(plan, images_per_second=rate), evaluations,
                                  why)
     runner.say('  %d steps instead of %d: %s' % (corrected.steps, plan.steps, why))
-    rewrite(layout, corrected, was=plan)
+    rewrite(layout.plan_yaml, layout.plan_json, corrected, was=plan)
     return corrected
 
 
@@ -354,7 +354,7 @@ def after_probe(runner, plan, decision):
         decision['step'], decision['rate'], decision['startup'])
     corrected = with_evaluations(dataclasses.replace(plan, images_per_second=decision['rate']),
                                  decision['evaluations'], why)
-    rewrite(runner.layout, corrected, was=plan)
+    rewrite(runner.layout.plan_yaml, runner.layout.plan_json, corrected, was=plan)
     return corrected
 
 

@@ -172,10 +172,7 @@ def _fitted(runner, named, left, load):
         if why and plan_file.planned_evaluations(recipe) == candidate.evaluations:
             runner.say('  %s: %d steps instead of %d: %s' % (name, now.steps, candidate.steps,
                                                              why))
-            plan_file.set_evaluations(recipe, now.evaluations,
-                                      keys=plan_file.length_keys(candidate, now))
-            atomic_file.write_json_atomically(os.path.join(directory, 'plan.json'),
-                                              dataclasses.asdict(now))
+            budget.rewrite(recipe, os.path.join(directory, 'plan.json'), now, was=candidate)
             candidate = now
         fitted.append((name, candidate))
     return fitted
@@ -189,8 +186,9 @@ def search_stage(runner, plan, deadline, from_record, spent):
     record_path = layout.path('search.json')
     if not plan.candidates or os.path.exists(record_path):
         return plan
-    line = skipped_line(plan, None if deadline is None else deadline - time.time(),
-                        budget.stages_load(plan, spent))
+    left = None if deadline is None else deadline - time.time()
+    load = budget.stages_load(plan, spent)
+    line = skipped_line(plan, left, load)
     if line:
         runner.say('  ' + line)
         kept = dataclasses.replace(plan, reasons=tuple(
@@ -204,8 +202,8 @@ def search_stage(runner, plan, deadline, from_record, spent):
     for name in plan.candidates:
         with open(os.path.join(candidate_dir(layout, name), 'plan.json')) as stream:
             named.append((name, from_record(json.load(stream))))
-    if deadline is not None:
-        named = _fitted(runner, named, deadline - time.time(), budget.stages_load(plan, spent))
+    if left is not None:
+        named = _fitted(runner, named, left, load)
     runner.say('  search: %s, each trained to its evaluation and compared by AP50; the better '
                'half goes on at each rung' % ' and '.join(plan.candidates))
     candidates = _Candidates(runner, named, deadline)

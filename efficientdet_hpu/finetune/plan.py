@@ -160,8 +160,6 @@ def taken_advice(advice, coverage):
                                                  100 * KEEP_SCALE_COVERAGE))
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class _Sized:
     """A plan's numbers at one input size: images, batch, rate and budgeted steps."""
@@ -309,8 +307,8 @@ def _search(data, hardware, request, table, model, own, other_side):
     if random_start(request, own):
         side = min(own.size, other_side or own.size)
         others.append((candidate_name(side, True), _sized(
-            data, hardware, dataclasses.replace(request, weights=Weights()), table, model, side,
-            tiling)))
+            data, hardware, dataclasses.replace(request, weights=Weights()), table,
+            model_choice.RANDOM_START_MODEL, side, tiling)))
     training = own.steps * own.global_batch / own.rate
     tried = []  # (names, cost) of each set over the share, the largest first.
     while others:
@@ -365,13 +363,13 @@ def make_plan(data, hardware, request, advice=(), coverage=None, table=None) -> 
 
 
 def plan_at(data, request, table, hardware, model, sized, search, reasons, anchors_why,
-            advice):
+            advice, network=None):
     """The Plan of `sized` (an input size's numbers) with its schedule and reasons; `search`:
-    (the sizes to try, the seconds their search costs)."""
+    (the sizes to try, the seconds their search costs); `network`: (hparams, why) if given."""
     candidates, cost = search
     global_batch = sized.global_batch
     rate_keys, warmup_share, rate_why = schedule_lib.learning_rate(request.weights.kind)
-    model_keys, activation_why = model_choice.activation_keys(model, request)
+    model_keys, activation_why = network or model_choice.activation_keys(model, request)
     steps, interval, warmup, ema, patience = schedule_lib.schedule_numbers(
         sized.steps, sized.train_images, global_batch, warmup_share)
     (jitter_min, jitter_max), jitter_why = schedule_lib.jitter(
@@ -411,20 +409,22 @@ def candidate_plan(plan, data, hardware, request, name, advice=(), coverage=None
     advice, not_taken = taken_advice(advice, coverage)
     cost = dict(plan.seconds).get('search', 0.0)
     size, random = int(name.split('px')[0]), name.endswith('-random')
-    reasons = dict(plan.reasons)
+    reasons, model, network = dict(plan.reasons), plan.model_name, None
     if random:
         request = dataclasses.replace(request, weights=Weights())
+        model, network, reasons['model'] = model_choice.random_start_network(
+            request, plan.model_name, advice)
         reasons.update(weights='random initialisation: the search\'s other start beside %s'
                        % plan.weights.path, size='%d px, from random weights: the search\'s '
                        'other start' % size)
     else:
         reasons['size'] = '%d px: the search\'s other candidate beside %d px' % (
             size, plan.image_size)
-    sized = _sized(data, hardware, request, table, plan.model_name, size,
+    sized = _sized(data, hardware, request, table, model, size,
                    (plan.tile_size, plan.tile_overlap), cost)
-    return plan_at(data, request, table, hardware, plan.model_name, sized, ((), cost), [
+    return plan_at(data, request, table, hardware, model, sized, ((), cost), [
         ('model', reasons['model']), ('weights', reasons['weights']),
         ('image size', reasons['size']), ('tiling', reasons['tiling']),
         ('search', reasons.get('search', ''))],
         plan_reasons.anchors_reason(tuple((k, v) for k, v in advice if k != 'image_size'),
-                                    not_taken), advice)
+                                    not_taken), advice, network)

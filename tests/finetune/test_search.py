@@ -96,7 +96,7 @@ def test_a_slow_start_skips_the_search(tmp_path):
     from efficientdet_hpu.finetune import plan as plan_lib
     from efficientdet_hpu.finetune import prepare
     from efficientdet_hpu.finetune import runner as runner_lib
-    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, SEARCH_TABLE as TABLE
 
     class Runner:
         layout = runner_lib.Layout(str(tmp_path))
@@ -127,7 +127,7 @@ def test_stages_half_again_as_slow_keep_a_planned_search_three_times_drop_it():
     the plan's 25% and kept (the run's 37.5% leaves room for a slower machine and a noisy data
     stage); at 3 times, 483 s of 635 s, dropped with the line that says why."""
     from efficientdet_hpu.finetune import plan as plan_lib
-    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, SEARCH_TABLE as TABLE
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY,
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
     parts = dict(plan.seconds)
@@ -142,16 +142,16 @@ def test_stages_half_again_as_slow_keep_a_planned_search_three_times_drop_it():
 
 
 def test_each_candidate_is_written_under_its_name_and_read_back(tmp_path):
-    """The random start's plan.yaml has no --backbone_ckpt, the from-scratch rate and swish;
-    the plan's own keeps the backbone. A plan.json written when candidates were sizes reads
-    back as names."""
+    """The random start's plan.yaml has no --backbone_ckpt, the from-scratch rate and D0 with
+    configs/demo.yaml's network; the plan's own keeps the backbone. A plan.json written when
+    candidates were sizes reads back as names."""
     import dataclasses
     import yaml
     from efficientdet_hpu.finetune import plan as plan_lib
     from efficientdet_hpu.finetune import plan_file
     from efficientdet_hpu.finetune import prepare
     from efficientdet_hpu.finetune import runner as runner_lib
-    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, SEARCH_TABLE as TABLE
     request = plan_lib.Request(weights=LITE0_PTH, max_minutes=20)
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=TABLE)
     layout = runner_lib.Layout(str(tmp_path))
@@ -169,8 +169,8 @@ def test_each_candidate_is_written_under_its_name_and_read_back(tmp_path):
     assert recipes['192px']['backbone_ckpt'] == LITE0_PTH.path
     assert 'act_type' not in recipes['192px'] and recipes['192px']['learning_rate'] == 0.08
     assert 'backbone_ckpt' not in recipes['192px-random']
-    assert (recipes['192px-random']['act_type'], recipes['192px-random']['learning_rate']) == (
-        'swish', 1.28)
+    assert (recipes['192px-random']['model_name'], recipes['192px-random']['fpn_num_filters'],
+            recipes['192px-random']['learning_rate']) == ('efficientdet-d0', 48, 1.28)
     old = dict(json.loads(json.dumps(dataclasses.asdict(plan))), candidates=[192, 256])
     assert prepare.plan_from_record(old).candidates == ('192px', '256px')
 
@@ -186,7 +186,7 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
     from efficientdet_hpu.finetune import plan_file
     from efficientdet_hpu.finetune import prepare
     from efficientdet_hpu.finetune import runner as runner_lib
-    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, TABLE
+    from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, SEARCH_TABLE as TABLE
 
     class Runner:
         layout = runner_lib.Layout(str(tmp_path))

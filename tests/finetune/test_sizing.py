@@ -4,8 +4,8 @@ import pytest
 
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import sizing
-from finetune_cases import (FEW_PHOTOS, LITE0_PTH, MANY_CLASSES, ORTHO, ROOMY, SMALL_PHOTOS,
-                            TABLE)
+from finetune_cases import (FEW_PHOTOS, LITE0_PTH, MANY_CLASSES, ORTHO, ROOMY, SEARCH_TABLE,
+                            SMALL_PHOTOS, TABLE)
 
 
 def test_the_bounds_follow_the_photos_and_their_small_boxes():
@@ -52,9 +52,10 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
     RANDOM_START_MIN_PHOTOS, so random weights are tried beside it at the smaller size, 192.
     That trial costs 30 + (2927 // 10 = 292) x 8 / 24 + 3.67 = 131 s; with 256's 130.67 and the
     restart, 291.67 s, over a quarter of the 975.67 s of training: 256 is given up first, and
-    the random start alone costs 161 s. Less it, 2440 steps as above."""
+    the random start alone costs 161 s. Less it, 2440 steps as above. The random start trains
+    D0 (model_choice.RANDOM_START_MODEL), at Lite0's 24 images/s in SEARCH_TABLE."""
     request = plan_lib.Request(weights=LITE0_PTH, max_minutes=20)
-    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=TABLE)
+    plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=SEARCH_TABLE)
     assert (plan.image_size, plan.candidates, plan.steps) == (
         192, ('192px', '192px-random'), 2440)
     assert dict(plan.seconds)['search'] == pytest.approx(161.0)
@@ -64,15 +65,35 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
     assert search.endswith('256px not tried: with it the search would cost 4.9 min, over 25% '
                            'of the training')
     # The random start is the plan from random weights at 192 px: the same steps, the
-    # from-scratch rate and warm-up (a quarter), no freeze, swish, no --backbone_ckpt.
+    # from-scratch rate and warm-up (a quarter), no freeze, no --backbone_ckpt, and
+    # configs/demo.yaml's network with Lite0's anchor_scale (the doctor advised none).
     other = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '192px-random',
-                                    table=TABLE)
+                                    table=SEARCH_TABLE)
     assert (other.image_size, other.steps, other.warmup_steps, other.freeze_steps) == (
         192, 2440, 610, 0)
-    assert other.weights == plan_lib.Weights() and other.model_keys == (('act_type', 'swish'),)
+    assert other.weights == plan_lib.Weights() and other.model_name == 'efficientdet-d0'
+    assert dict(other.model_keys) == dict(
+        fpn_num_filters=48, fpn_cell_repeats=2, box_class_repeats=2, anchor_scale=3.0)
+    assert dict(other.reasons)['model'].startswith(
+        "efficientdet-d0 with configs/demo.yaml's narrower BiFPN and heads (fpn_num_filters=48")
+    assert dict(other.reasons)['model'].endswith(
+        "anchor_scale 3.0, efficientdet-lite0's, whose anchors the data doctor checked")
     assert dict(other.schedule_keys)['learning_rate'] == 1.28
     assert dict(other.reasons)['weights'].startswith(
         "random initialisation: the search's other start beside /")
+    # Its steps come from D0's rate in the table (Lite0's 24 images/s would not).
+    d0_rate = TABLE.images_per_second('efficientdet-d0', 192, 2)[0]
+    assert plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '192px-random',
+                                   table=TABLE).images_per_second == pytest.approx(d0_rate)
+    assert d0_rate < 10
+    # The doctor's anchor_scale, or the user's --hparams, stay; so does a network key asked.
+    asked = plan_lib.Request(weights=LITE0_PTH, max_minutes=20,
+                             hparams=(('fpn_num_filters', 64),))
+    advised = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, asked, '192px-random',
+                                      (('anchor_scale', 2.0),), 0.5, SEARCH_TABLE)
+    assert 'fpn_num_filters' not in dict(advised.model_keys)
+    assert 'anchor_scale' not in dict(advised.model_keys)
+    assert dict(advised.anchors)['anchor_scale'] == 2.0
     # Fewer photos, or a fixed --steps: no random start.
     assert plan_lib.make_plan(FEW_PHOTOS, ROOMY, request, table=TABLE).candidates == ()
     assert plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(

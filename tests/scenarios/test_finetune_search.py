@@ -40,7 +40,7 @@ def _search_table(path):
 def test_a_search_tries_imagenet_and_random_weights_and_the_winner_goes_on(tmp_path):
     """The ImageNet .pth is Lite0's names and shapes with small random values
     (test_finetune_reruns): which start wins is the measurement's; the winner's weights,
-    rate and activation go on with it."""
+    rate and network go on with it."""
     data = make_coco(str(tmp_path / 'data'), count=640)
     out = str(tmp_path / 'out')
     table = _search_table(str(tmp_path / 'costs.json'))
@@ -69,8 +69,10 @@ def test_a_search_tries_imagenet_and_random_weights_and_the_winner_goes_on(tmp_p
     assert '# search: ' + search['line'] in text
     recipe = yaml.safe_load(text)
     random = search['winner'] == '128px-random'
-    assert ('backbone_ckpt' in recipe, recipe.get('act_type'), recipe['learning_rate']) == (
-        (False, 'swish', 1.28) if random else (True, None, 0.08))
+    assert ('backbone_ckpt' in recipe, recipe['model_name'], recipe['learning_rate']) == (
+        (False, 'efficientdet-d0', 1.28) if random else (True, 'efficientdet-lite0', 0.08))
+    # The network --hparams names stays the user's, over the random start's own.
+    assert (recipe['fpn_num_filters'], recipe['fpn_cell_repeats']) == (16, 1)
     with open(os.path.join(out, 'plan.json')) as stream:
         assert json.load(stream)['weights']['kind'] == ('' if random else 'backbone')
     summary = _summary(out)

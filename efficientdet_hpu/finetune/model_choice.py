@@ -1,7 +1,7 @@
 """Which network a fine-tune trains: the variant (from the request, the weights, the
 hardware), from random weights its activation, and the network of the search's start from
 random weights. Pure, as finetune/plan.py, which uses it."""
-from efficientdet_hpu.config.model_variants import MODEL_VARIANTS
+from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.finetune import costs
 
 DEFAULT_MODEL = 'efficientdet-lite0'
@@ -64,7 +64,7 @@ def random_start_network(request, model, anchors) -> tuple:
                'as --hparams sets them', model))
     if not any(key == 'anchor_scale' for key, _ in anchors) and request.hparam(
             'anchor_scale') is None:
-        keys.append(('anchor_scale', MODEL_VARIANTS[model].get('anchor_scale', 4.0)))
+        keys.append(('anchor_scale', hparams_config.get_efficientdet_config(model).anchor_scale))
         why += '; anchor_scale %s, %s\'s, whose anchors the data doctor checked' % (
             keys[-1][1], model)
     return RANDOM_START_MODEL, (tuple(keys), ''), why

@@ -13,7 +13,9 @@ automl D0 checkpoint). Building tiny_dataset (two converter processes, once per 
 not make its tests slow. `make test-fast` runs the rest (`-m "not slow"`) in about 2 minutes
 on 2 cores.
 """
+import collections
 import concurrent.futures
+import os
 import signal
 import threading
 
@@ -41,6 +43,25 @@ def pytest_configure(config):  # pylint: disable=unused-argument
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """With TEST_TIMES_FILE=PATH (tools/run_tests.sh sets it), every test's time (set-up, call
+    and teardown summed, as the workers reported them) to PATH, slowest first: where the suite's
+    time goes, beyond --durations' 30."""
+    path = os.environ.get('TEST_TIMES_FILE')
+    if not path:
+        return
+    seconds = collections.Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, 'duration', None) is not None and hasattr(report, 'nodeid'):
+                seconds[report.nodeid] += report.duration
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'w', encoding='utf-8') as stream:
+        stream.write('seconds\ttest\n')
+        for nodeid, spent in seconds.most_common():
+            stream.write('%.2f\t%s\n' % (spent, nodeid))
 
 
 def pytest_collection_modifyitems(items):

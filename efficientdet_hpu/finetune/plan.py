@@ -254,7 +254,7 @@ def _choose_size(data, hardware, request, table, model, advice):
     asked = request.hparam('image_size')
     if asked is not None:
         side = asked if isinstance(asked, int) else native
-        tiling = sizing.choose_tiling(data, side) if isinstance(asked, int) else (
+        tiling = sizing.asked_tiling(data, native, side) if isinstance(asked, int) else (
             0, 0, 'whole photos: a non-square --hparams image_size')
         return (_sized(data, hardware, request, table, model, side, tiling[:2]), 0,
                 [('image size', '%s px: asked with --hparams' % asked), ('tiling', tiling[2])])

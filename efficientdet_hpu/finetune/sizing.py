@@ -97,3 +97,17 @@ def choose_tiling(data, image_size) -> tuple:
         '9 boxes in 10 (%.0f px long) whole in some tile' % (
             image_size, overlap, at_input, photo_side, image_size, SMALL_AT_INPUT, native,
             long_side))
+
+
+def asked_tiling(data, native, side) -> tuple:
+    """(tile size, overlap, why) at a size --hparams asks for: whole photos where the plan's own
+    rules keep them (it decides tiling at the model's own size, `native`, then goes down to the
+    floor of `bounds`), so a size the plan could have chosen trains as the plan would; below
+    the floor, or where the model's own size tiles, choose_tiling at the asked size."""
+    floor = bounds(data.train, native)[0]
+    if side < floor or choose_tiling(data, native)[0]:
+        return choose_tiling(data, side)
+    at_input = stats_lib.median(stats_lib.sides_at_input(data.train, side))
+    return 0, 0, ('whole photos: at %d px 1 box in 10 is still at least %.0f px (the floor %d '
+                  'px) and the model\'s own %d px keeps whole photos; the median box is %.0f px'
+                  % (side, MIN_BOX_AT_INPUT, floor, native, at_input))

@@ -1,11 +1,13 @@
 """finetune/sizing.py through plan.make_plan: the plan of each kind of set chooses as the rules
 say, on finetune_cases.TABLE's round costs, every number worked out by hand."""
+import dataclasses
+
 import pytest
 
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import sizing
 from finetune_cases import (FEW_PHOTOS, LITE0_PTH, MANY_CLASSES, ORTHO, ROOMY, SEARCH_TABLE,
-                            SMALL_PHOTOS, TABLE)
+                            SMALL_PHOTOS, TABLE, photos)
 
 
 def test_the_bounds_follow_the_photos_and_their_small_boxes():
@@ -190,3 +192,24 @@ def test_the_doctors_larger_size_is_the_plans_and_the_rules_is_tried_beside_it()
     alone = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(), (('image_size', 384),),
                                table=TABLE)
     assert (alone.image_size, alone.candidates) == (384, ())
+
+
+def test_an_asked_size_the_plan_could_choose_trains_whole_photos():
+    """--hparams=image_size=128 on 600 photos of 340 x 300 px with boxes of 24, 36 and 48 px: at
+    Lite0's own 320 px the median box is 36 x 320 / 340 = 34 px, whole photos; 1 box in 10 is
+    24 px, 7.1% of its photo, so 8 px need 113 px: the floor is 128. Whole photos at 128 px,
+    as the plan would train them, though the median box there is 36 x 128 / 340 = 13.6 px
+    (under sizing.SMALL_AT_INPUT, which alone would cut 20 times as many tiles). SMALL_PHOTOS'
+    floor is 192 (above): 128 px is below it, and tiles (so many that converting and evaluating
+    them would take the 15 minutes: that plan is made without a budget)."""
+    shapes = dataclasses.replace(SMALL_PHOTOS, train=photos(600, 340, 300, (24, 36, 48)))
+    asked = plan_lib.Request(max_minutes=15, hparams=(('image_size', 128),))
+    plan = plan_lib.make_plan(shapes, ROOMY, asked, table=TABLE)
+    assert (plan.image_size, plan.tile_size) == (128, 0)
+    assert dict(plan.reasons)['tiling'] == (
+        "whole photos: at 128 px 1 box in 10 is still at least 8 px (the floor 128 px) and the "
+        "model's own 320 px keeps whole photos; the median box is 14 px")
+    tiled = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(
+        hparams=(('image_size', 128),)), table=TABLE)
+    assert (tiled.image_size, tiled.tile_size) == (128, 128)
+    assert dict(tiled.reasons)['tiling'].startswith('tiles of 128 px')

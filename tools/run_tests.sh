@@ -15,7 +15,9 @@ TEST_WORKERS=${TEST_WORKERS:-2}
 STOP_KEPT='the tests that ended are reported above'
 source tools/stop_signals.sh
 status=0
-TEST_TIMES_FILE=runs/test-times.tsv step "$PY" -m pytest -q -n "$TEST_WORKERS" --dist loadfile --durations=30 -m "not alone" "$@" \
+export TEST_TIMES_FILE=runs/test-times.tsv  # Read by tests/conftest.py.
+step "$PY" -m pytest -q -n "$TEST_WORKERS" --dist loadfile --durations=30 -m "not alone" "$@" \
   tests || status=$?
-TEST_TIMES_FILE=runs/test-times-alone.tsv step "$PY" -m pytest -q -p no:xdist -m alone "$@" tests || status=$?
+TEST_TIMES_FILE=runs/test-times-alone.tsv
+step "$PY" -m pytest -q -p no:xdist -m alone "$@" tests || status=$?
 exit "$status"

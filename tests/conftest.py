@@ -45,12 +45,13 @@ def pytest_configure(config):  # pylint: disable=unused-argument
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     """With TEST_TIMES_FILE=PATH (tools/run_tests.sh sets it), every test's time (set-up, call
     and teardown summed, as the workers reported them) to PATH, slowest first: where the suite's
-    time goes, beyond --durations' 30."""
+    time goes, beyond --durations' 30. Written by the controlling pytest only (an xdist worker
+    holds its own tests' reports), as deadlines.py's summary."""
     path = os.environ.get('TEST_TIMES_FILE')
-    if not path:
+    if not path or hasattr(config, 'workerinput'):
         return
     seconds = collections.Counter()
     for reports in terminalreporter.stats.values():

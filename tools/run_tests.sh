@@ -18,6 +18,6 @@ status=0
 export TEST_TIMES_FILE=runs/test-times.tsv  # Read by tests/conftest.py.
 step "$PY" -m pytest -q -n "$TEST_WORKERS" --dist loadfile --durations=30 -m "not alone" "$@" \
   tests || status=$?
-TEST_TIMES_FILE=runs/test-times-alone.tsv
+export TEST_TIMES_FILE=runs/test-times-alone.tsv
 step "$PY" -m pytest -q -p no:xdist -m alone "$@" tests || status=$?
 exit "$status"

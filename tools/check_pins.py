@@ -7,7 +7,9 @@ Each set is a list of requirement files (SETS below), resolved for CPython 3.10 
 Gaudi set for 3.10 only: Habana builds its bridge for 3.10) on manylinux x86_64 up to glibc 2.35
 (Ubuntu 22.04, the oldest base of the three routes), by pip itself:
 `pip install --dry-run --ignore-installed --report ... --python-version V --platform ...
---only-binary=:all:`, so nothing is installed or built.
+--only-binary=:all: --use-feature=fast-deps`, so nothing is installed or built, and each
+wheel's metadata is read by HTTP range requests rather than by downloading the wheel. A pip
+run that fails is tried once more before the set counts as failed.
 
 Source-only pins (SOURCE_ONLY: horovod, habana-horovod, mpi4py publish no wheels; they are
 compiled on install) cannot take part in a binary-only resolution. Each is asked for alone
@@ -100,7 +102,17 @@ def pinned_requirements(files, python_version):
 
 
 def pip_report(requirements, python_version, binary_only):
-    """Runs pip's dry run for `requirements` (strings) on the target; returns its report."""
+    """Runs pip's dry run for `requirements` (strings) on the target; returns its report.
+
+    A run that fails is run once more before it counts: a set that does not resolve fails
+    both, while a dropped connection or a full scratch disk seldom strikes twice."""
+    try:
+        return _pip_report_once(requirements, python_version, binary_only)
+    except PinError:
+        return _pip_report_once(requirements, python_version, binary_only)
+
+
+def _pip_report_once(requirements, python_version, binary_only):
     with tempfile.TemporaryDirectory() as scratch:
         listing, report = os.path.join(scratch, 'req.txt'), os.path.join(scratch, 'report.json')
         with open(listing, 'w') as handle:
@@ -110,6 +122,9 @@ def pip_report(requirements, python_version, binary_only):
                    '--implementation', 'cp', '--target', os.path.join(scratch, 'target'),
                    '-r', listing]
         command += [word for platform in PLATFORMS for word in ('--platform', platform)]
+        # Each wheel's metadata by HTTP range requests, not the whole wheel (TensorFlow's is
+        # 475 MB for each Python); pip downloads the wheel where a server refuses ranges.
+        command += ['--use-feature=fast-deps']
         command += ['--only-binary=:all:'] if binary_only else ['--no-deps']
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, timeout=PIP_TIMEOUT, env=dict(os.environ, PIP_NO_INPUT='1'))

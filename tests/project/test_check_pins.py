@@ -2,8 +2,11 @@
 (against the package index) that a set which cannot resolve fails. .ci/run checks the real sets."""
 import os
 import sys
+import tempfile
 
 import pytest
+
+from cli_runs import run_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'tools'))
@@ -56,3 +59,38 @@ def test_unknown_set_is_a_usage_error(capsys):
 def test_a_pin_the_python_cannot_have_fails_against_the_index(tmp_path, monkeypatch):
     write_set(tmp_path, monkeypatch, 'pandas==3.0.6\n', versions=('3.10',))
     assert check_pins.main(['trial']) == 1
+
+
+@pytest.mark.slow  # Asks the package index (about 15 s).
+def test_tensorflow_resolves_with_64_mb_of_scratch_disk(tmp_path, monkeypatch):
+    # TensorFlow's wheel is 475 MB: the check reads its metadata, and never downloads it.
+    write_set(tmp_path, monkeypatch, 'tensorflow==2.15.1\n', versions=('3.10',))
+    disk = tmp_path / 'disk'
+    disk.mkdir()
+    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', str(disk)],
+                          timeout=60)
+    assert mounted.returncode == 0, mounted.stdout
+    try:
+        for variable in ('TMPDIR', 'PIP_CACHE_DIR'):
+            monkeypatch.setenv(variable, str(disk))
+        monkeypatch.setattr(tempfile, 'tempdir', str(disk))
+        ok, message = check_pins.timed_check('trial', '3.10')
+    finally:
+        run_process(['umount', '-l', str(disk)], timeout=60)
+    assert ok, message
+
+
+def test_a_pip_run_that_fails_once_is_tried_again_and_one_that_fails_twice_fails(monkeypatch):
+    calls = []
+
+    def flaky(requirements, python_version, binary_only):
+        calls.append(requirements)
+        if len(calls) in (1, 3, 4):
+            raise check_pins.PinError('pip could not resolve it:\n    Connection reset')
+        return {'install': []}
+
+    monkeypatch.setattr(check_pins, '_pip_report_once', flaky)
+    assert check_pins.pip_report(['absl-py==2.1.0'], '3.11', True) == {'install': []}
+    with pytest.raises(check_pins.PinError, match='Connection reset'):
+        check_pins.pip_report(['absl-py==2.1.0'], '3.11', True)
+    assert len(calls) == 4

@@ -6,7 +6,8 @@ Folds: DEFAULT_FOLDS, so that fold 0 is the fine-tune's 20% validation and every
 model trains on about as many photos as the fine-tune's own. Steps: the fine-tune's. A
 budget (--max_minutes) that cannot hold them scales every fold's steps down by one factor; below
 half of them, fewer folds are tried (each trains once more on more photos), down to 2; a
-budget that cannot hold MIN_STEPS a fold is an error saying how long the review needs.
+budget that cannot hold MIN_STEPS a fold is an error saying how long the review needs. Once a
+fold has trained, its measured rate re-estimates the rest and refits the later folds (refit).
 """
 import dataclasses
 import math
@@ -98,6 +99,30 @@ def _seconds(plan, folds, steps, own, request, labels):
             ('training', sum(training_seconds(plan, count, table) for count in trained)),
             ('predictions', len(folds) * table.predict_seconds + sum(own) / inference),
             ('scores and page', SCORE_SECONDS + SCORE_SECONDS_PER_LABEL * labels))
+
+
+def refit(review, plan, index, rate, seconds_left, table):
+    """The review once fold `index` trained at `rate` images/s, measured (the plan's rate came
+    from the cost table): where `seconds_left` (the budget's; None: no budget) cannot hold the
+    later folds at that rate, their steps cut by one factor, never under MIN_STEPS and never
+    above the plan's. Returns (the review with those steps, the plan at `rate`, the seconds
+    the rest of the review takes: the later folds' training, the predictions from fold
+    `index`'s on, the scores and the page)."""
+    plan = dataclasses.replace(plan, images_per_second=rate)
+    steps = list(review.steps)
+    every = sum(review.train_images) // max(1, len(review.folds) - 1)  # Each photo once.
+    predicted = [i for i, fold in enumerate(review.folds) if fold.index >= index]
+    rest = (len(predicted) * table.predict_seconds
+            + sum(every - review.train_images[i] for i in predicted)
+            / (rate * table.inference_speedup) + dict(review.seconds)['scores and page'])
+    later = [i for i, fold in enumerate(review.folds) if fold.index > index and steps[i]]
+    if seconds_left is not None and later:
+        spare = (seconds_left - rest
+                 - len(later) * table.startup_seconds(plan.model_name, plan.image_size))
+        fitting = max(MIN_STEPS, int(spare * rate / plan.global_batch / len(later)))
+        steps = [min(count, fitting) if i in later else count for i, count in enumerate(steps)]
+    rest += sum(training_seconds(plan, steps[i], table) for i in later)
+    return dataclasses.replace(review, steps=tuple(steps)), plan, rest
 
 
 def _steps_within(plan, folds, own, request, labels, wanted):

@@ -24,6 +24,7 @@ from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import stages
+from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.review import issues as issues_lib
 from efficientdet_hpu.review import layout as layout_lib
 from efficientdet_hpu.review import plan as plan_lib
@@ -32,6 +33,7 @@ from efficientdet_hpu.review import report
 from efficientdet_hpu.review import scores as scores_lib
 
 STAGES = 5
+RATE_TOLERANCE = 0.1  # A fold's measured rate this far off the plan's re-estimates the rest.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +147,10 @@ def records_stage(runner, layout, review, plan, record):
         json_path = runner.layout.val_json if fold.index == 0 else layout.fold(
             fold.index, 'photos.json')
         summary = predictions.convert(runner, fold, prefix, json_path, image_dir, plan)
-        runner.say('  fold %d: %d photos, %d %s, %d boxes' % (
-            fold.index, len(fold.image_ids), summary['images_written'],
-            'tiles' if plan.tile_size else 'images', summary['boxes_written']))
+        runner.say('  fold %d: %s, %s, %s' % (
+            fold.index, stats.count(len(fold.image_ids), 'photo'),
+            stats.count(summary['images_written'], 'tile' if plan.tile_size else 'image'),
+            stats.count(summary['boxes_written'], 'box', 'boxes')))
 
 
 def _fold_stop(deadline, review, plan, index):
@@ -165,15 +168,39 @@ def _fold_stop(deadline, review, plan, index):
 def _training_line(runner, index, steps, images, plan) -> str:
     """What a fold's training is about to do, its time and where main.py's output goes (it is
     not echoed: a fold trains for as long as the fine-tune)."""
-    seconds = plan_lib.training_seconds(plan, steps, _cost_table())  # The review plan's own.
+    # At the plan's rate, or at the rate a fold before measured (_refitted).
+    seconds = plan_lib.training_seconds(plan, steps, _cost_table())
     return ('  fold %d: training %d steps on %d images, about %.0f min (until %s); main.py\'s '
             'output in %s' % (index, steps, images, seconds / 60.0,
                               time.strftime('%H:%M', time.localtime(time.time() + seconds)),
                               os.path.join(runner.layout.logs, 'train-fold-%d.log' % index)))
 
 
+def _refitted(runner, layout, review, plan, index, record, deadline):
+    """After fold `index` trained: where its measured rate is RATE_TOLERANCE or more off the
+    plan's, the rest of the review estimated at it and, under a budget, the later folds' steps
+    fitted to it (plan_lib.refit; review/plan.json rewritten), in one line. (review, plan)."""
+    rate = record.get('images_per_second')
+    if not rate or abs(rate / plan.images_per_second - 1.0) < RATE_TOLERANCE:
+        return review, plan
+    left = None if deadline is None else deadline - time.time()
+    refitted, at_rate, rest = plan_lib.refit(review, plan, index, rate, left, _cost_table())
+    cut = [(fold.index, old, new) for fold, old, new in zip(review.folds, review.steps,
+                                                           refitted.steps) if new != old]
+    runner.say('  fold %d trained at %.1f images/s, the plan\'s %.1f: the rest of the review '
+               'takes about %.0f min at that rate (until %s)%s' % (
+                   index, rate, plan.images_per_second, rest / 60.0,
+                   time.strftime('%H:%M', time.localtime(time.time() + rest)),
+                   '; to fit --max_minutes, %s' % ', '.join(
+                       'fold %d %d steps instead of %d' % item for item in cut) if cut else ''))
+    if cut:
+        atomic_file.write_json_atomically(layout.plan_json, plan_lib.to_record(refitted))
+    return refitted, at_rate
+
+
 def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
-    for fold, steps, images in zip(review.folds, review.steps, review.train_images):
+    for position, fold in enumerate(review.folds):
+        steps, images = review.steps[position], review.train_images[position]
         if fold.index == 0 and trained_finetune:
             checkpoint, step = stages.best_checkpoint(runner.layout.model_dir)
             runner.say('  fold 0: the fine-tune\'s model (step %s)' % step)
@@ -191,14 +218,17 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
             started = time.monotonic()
             training = predictions.train(runner, layout, fold, recipe_path, steps, plan,
                                          _fold_stop(deadline, review, plan, fold.index))
-            runner.say('  fold %d: trained %s at step %s (%.1f min)' % (
+            runner.say('  fold %d: trained, %s at step %s (%.1f min)' % (
                 fold.index, training['ended'], training['step'],
                 (time.monotonic() - started) / 60.0))
+            review, plan = _refitted(runner, layout, review, plan, fold.index, training,
+                                     deadline)
             checkpoint = None
         found = predictions.predict(runner, layout, fold, model_dir, checkpoint, plan,
                                     review.max_detections)
-        runner.say('  fold %d: %d photos predicted, %d detections' % (
-            fold.index, len(fold.image_ids), len(found)))
+        runner.say('  fold %d: %s predicted, %s' % (
+            fold.index, stats.count(len(fold.image_ids), 'photo'),
+            stats.count(len(found), 'detection')))
 
 
 def review(options, stream=None) -> dict:

@@ -93,3 +93,20 @@ def test_asked_folds_and_steps_win_and_the_plan_survives_its_record():
     assert len(review.folds) == 2 and review.steps == (7, 7)
     assert [len(fold.image_ids) for fold in review.folds] == [2, 8]
     assert plan_lib.from_record(plan_lib.to_record(review)) == review
+
+
+def test_a_fold_slower_than_the_table_refits_the_later_folds_to_the_budget():
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request())
+    # Fold 1 trained at 5 images/s, half the table's. The rest: predictions of folds 1-4 (4 x
+    # 60 s + 8 photos at 3 x 5/s) + scores (20.4 s) = 260.93 s, then folds 2-4.
+    kept, at_rate, rest = plan_lib.refit(review, PLAN, 1, 5.0, None, TABLE)
+    assert kept.steps == review.steps and at_rate.images_per_second == 5.0
+    assert rest == pytest.approx(4 * 60 + 8 / 15.0 + 20.4 + 3 * (45 + 300 * 8 / 5.0))
+    # 1,200 s left: 1200 - 260.93 - 3 x 45 = 804.07 s for 3 folds, int(804.07 x 5 / 8 / 3) = 167.
+    cut, _, rest = plan_lib.refit(review, PLAN, 1, 5.0, 1200.0, TABLE)
+    assert cut.steps == (300, 300, 167, 167, 167) and rest <= 1200.0
+    assert cut.folds == review.folds and cut.train_images == review.train_images
+    # Never under MIN_STEPS, never above the plan's steps on a faster machine.
+    assert plan_lib.refit(review, PLAN, 1, 5.0, 100.0, TABLE)[0].steps[2:] == (
+        plan_lib.MIN_STEPS,) * 3
+    assert plan_lib.refit(review, PLAN, 3, 20.0, 1e6, TABLE)[0].steps == review.steps

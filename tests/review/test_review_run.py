@@ -19,6 +19,7 @@ from efficientdet_hpu.review import issues
 
 SIZE, SIDE, PHOTOS = (480, 360), 16, 5
 NAMES = ('red', 'blue')
+STATED_RATE = 5000.0
 
 
 def make_large_voc(folder):
@@ -48,8 +49,10 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp('review_run')
     data = make_large_voc(str(root / 'data'))
     out = str(root / 'out')
+    # A rate far above this machine's: the first fold's measured one must take its place.
     result = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=3',
-                         '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=1700)
+                         '--steps=2', '--hparams=%s' % TINY_HPARAMS,
+                         '--images_per_second=%g' % STATED_RATE], timeout=1700)
     return result, out, data
 
 
@@ -108,6 +111,11 @@ def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(ru
                          r"\d\d:\d\d\); main.py's output in %s" % (
                              fold, re.escape(os.path.join(out, 'logs', 'train-fold-%d.log' % fold))),
                          result.stdout), result.stdout[-3000:]
+    measured = re.findall(r"fold (\d) trained at ([\d.]+) images/s, the plan's ([\d.]+): the rest "
+                          r'of the review takes about \d+ min at that rate \(until \d\d:\d\d\)$',
+                          result.stdout, re.M)
+    assert measured and measured[0][0] == '0', result.stdout[-3000:]
+    assert float(measured[0][2]) == STATED_RATE and float(measured[0][1]) < STATED_RATE / 2
     with open(os.path.join(out, 'logs', 'predict-fold-1.log')) as stream:
         command = stream.readline()
     assert '--tile_size=128' in command and 'nms_configs.max_output_size=' in command

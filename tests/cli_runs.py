@@ -48,6 +48,20 @@ def started(command, env=None, cwd=REPO, stdin=subprocess.DEVNULL, stdout=None, 
                     stream.close()
 
 
+@contextlib.contextmanager
+def small_disk(path, size):
+    """A tmpfs of `size` (mount's size=, e.g. '4m') mounted at the new directory `path` for the
+    block: a disk that fills up. Unmounted after, whatever the block raised."""
+    os.makedirs(path)
+    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=%s' % size, 'tmpfs', str(path)],
+                          timeout=60)
+    assert mounted.returncode == 0, mounted.stdout
+    try:
+        yield path
+    finally:
+        run_process(['umount', '-l', str(path)], timeout=60)
+
+
 def signalled(process, signals, gap, wait_seconds, pids, settle_seconds=10):
     """Sends `signals` to `process` (started by `started`), `gap` seconds apart, and waits for
     it; returns (its exit status, seconds from the first signal to its end, those of `pids`

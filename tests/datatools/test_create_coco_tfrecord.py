@@ -21,7 +21,7 @@ from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data.coco_annotations import ConversionError
 from efficientdet_hpu.datatools import create_coco_tfrecord
 from efficientdet_hpu.datatools import synthetic_coco
-from cli_runs import assert_one_line_error, run_process
+from cli_runs import assert_one_line_error, run_process, small_disk
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SKIPPED_BOXES = {'malformed': 2, 'degenerate': 1, 'outside': 1, 'crowd': 0}
@@ -398,16 +398,9 @@ def test_sixteen_bit_palette_and_progressive_images_become_baseline_rgb(tmp_path
 @pytest.mark.slow  # The converter in a process of its own.
 def test_cli_on_a_full_disk_says_so_and_leaves_no_shard(dataset, tmp_path):
     image_dir, json_path = dataset
-    disk = tmp_path / 'disk'
-    disk.mkdir()
-    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=48k', 'tmpfs', str(disk)],
-                          timeout=60)
-    assert mounted.returncode == 0, mounted.stdout
-    try:
+    with small_disk(tmp_path / 'disk', '48k') as disk:
         result = _run_cli(_cli_args(image_dir, json_path, str(disk / 'train')))
         leftovers = os.listdir(disk)
-    finally:
-        run_process(['umount', '-l', str(disk)], timeout=60)
     assert_one_line_error(result, '--output_file_prefix', starts_with=(
         'create_coco_tfrecord: error: no space left on the device writing %s' % disk))
     assert leftovers == []  # No shard, finished or not, is left behind.

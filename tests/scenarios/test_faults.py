@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from cli_runs import assert_one_line_error, run_main, run_process, started, tiny_flags
+from cli_runs import small_disk as tmpfs_disk
 
 pytestmark = pytest.mark.slow  # Every test trains or evaluates in a main.py process.
 
@@ -86,15 +87,8 @@ def test_skip_bad_records_trains_past_them_and_reports_where(tiny_dataset, tmp_p
 def small_disk(tmp_path):
     """A 95 MB tmpfs: room for the tiny model's first checkpoint (52 MB) and its events file
     (which holds the graph), not for a second checkpoint."""
-    mount_point = tmp_path / 'small_disk'
-    mount_point.mkdir()
-    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=95m', 'tmpfs', str(mount_point)],
-                          timeout=60)
-    assert mounted.returncode == 0, mounted.stdout
-    try:
+    with tmpfs_disk(tmp_path / 'small_disk', '95m') as mount_point:
         yield mount_point
-    finally:
-        run_process(['umount', '-l', str(mount_point)], timeout=60)
 
 
 def test_full_disk_keeps_the_last_checkpoint_and_says_what_is_needed(tiny_dataset, small_disk):

@@ -25,7 +25,7 @@ from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.serving import visualize
 from efficientdet_hpu.training import det_model_fn
-from cli_runs import assert_one_line_error, run_process, run_python
+from cli_runs import assert_one_line_error, run_python, small_disk
 from efficientdet_hpu.data import label_map as label_map_lib
 
 tf1 = tf.compat.v1
@@ -406,17 +406,10 @@ def test_host_nms_per_class():
 
 
 def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tiny_trained_run, tmp_path):
-    disk = tmp_path / 'disk'
-    disk.mkdir()
-    mounted = run_process(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', str(disk)],
-                          timeout=60)
-    assert mounted.returncode == 0, mounted.stdout
-    try:
+    with small_disk(tmp_path / 'disk', '4m') as disk:
         result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
                              '--export_dir=%s' % (disk / 'saved_model')])
         leftovers = os.listdir(disk)
-    finally:
-        run_process(['umount', '-l', str(disk)], timeout=60)
     assert_one_line_error(
         result, starts_with='inference.py: error: no space left on the device writing %s' % disk)
     assert leftovers == []  # Neither the export nor its staging directory is left behind.

@@ -185,7 +185,7 @@ def _refitted(runner, layout, review, plan, index, record, deadline):
         return review, plan
     left = None if deadline is None else deadline - time.time()
     refitted, at_rate, rest = plan_lib.refit(review, plan, index, rate, left, _cost_table())
-    cut = [(fold.index, old, new) for fold, old, new in zip(review.folds, review.steps,
+    cut = [(fold.index, new, old) for fold, old, new in zip(review.folds, review.steps,
                                                            refitted.steps) if new != old]
     runner.say('  fold %d trained at %.1f images/s, the plan\'s %.1f: the rest of the review '
                'takes about %.0f min at that rate (until %s)%s' % (

@@ -4,13 +4,20 @@ ten 100 px photos (eight to train, two held out): Lite0 at 128 px (the photos' s
 to start, predicting 3 times as fast as training, the converter 4 images/s, 60 s a
 prediction run), so the arithmetic below does not move when the shipped table is measured
 again."""
+import json
+import os
+import time
+import types
+
 import pytest
 
 from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import plan as finetune_plan
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import stats
+from efficientdet_hpu.review import layout as layout_lib
 from efficientdet_hpu.review import plan as plan_lib
+from efficientdet_hpu.review import run
 from finetune_cases import ROOMY
 
 
@@ -110,3 +117,26 @@ def test_a_fold_slower_than_the_table_refits_the_later_folds_to_the_budget():
     assert plan_lib.refit(review, PLAN, 1, 5.0, 100.0, TABLE)[0].steps[2:] == (
         plan_lib.MIN_STEPS,) * 3
     assert plan_lib.refit(review, PLAN, 3, 20.0, 1e6, TABLE)[0].steps == review.steps
+
+
+def test_the_refit_is_said_in_one_line_and_kept_in_the_plan_file(tmp_path):
+    said = []
+    runner = types.SimpleNamespace(say=said.append)
+    layout = layout_lib.Layout(str(tmp_path))
+    os.makedirs(layout.directory)
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request())
+    # Within 10% of the plan's rate: nothing changes, nothing is said.
+    assert run._refitted(runner, layout, review, PLAN, 1, {'images_per_second': 9.5},
+                         time.time() + 1200) == (review, PLAN)
+    assert not said and not os.path.exists(layout.plan_json)
+    cut, at_rate = run._refitted(runner, layout, review, PLAN, 1, {'images_per_second': 5.0},
+                                 time.time() + 1200)
+    assert at_rate.images_per_second == 5.0 and cut.steps[:2] == (300, 300)
+    (line,) = said
+    assert line.startswith('  fold 1 trained at 5.0 images/s, the plan\'s 10.0: the rest of '
+                           'the review takes about ')
+    for index in (2, 3, 4):  # This machine's cost table, so the count is read, not worked out.
+        assert 'fold %d %d steps instead of 300' % (index, cut.steps[index]) in line
+        assert cut.steps[index] < 300
+    with open(layout.plan_json) as stream:
+        assert plan_lib.from_record(json.load(stream)).steps == cut.steps

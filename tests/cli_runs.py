@@ -49,7 +49,7 @@ def started(command, env=None, cwd=REPO, stdin=subprocess.DEVNULL, stdout=None, 
 
 
 @contextlib.contextmanager
-def small_disk(path, size):
+def tmpfs_disk(path, size):
     """A tmpfs of `size` (mount's size=, e.g. '4m') mounted at the new directory `path` for the
     block: a disk that fills up. Unmounted after, whatever the block raised."""
     os.makedirs(path)

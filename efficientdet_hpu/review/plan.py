@@ -89,15 +89,25 @@ def training_seconds(plan, steps, table) -> float:
             + steps * plan.global_batch / plan.images_per_second)
 
 
+def _prediction_seconds(plan, own, table) -> float:
+    """The prediction runs of folds predicting `own` images each, at the plan's rate."""
+    return (len(own) * table.predict_seconds
+            + sum(own) / (plan.images_per_second * table.inference_speedup))
+
+
+def _fitting_steps(plan, spare, trained) -> int:
+    """The steps each of `trained` fold models gets in `spare` seconds at the plan's rate."""
+    return int(spare * plan.images_per_second / plan.global_batch / max(1, trained))
+
+
 def _seconds(plan, folds, steps, own, request, labels):
     table = request.costs()
-    inference = plan.images_per_second * table.inference_speedup
     converted = sum(count for fold, count in zip(folds, own)
                     if not (fold.index == 0 and request.reuse_first))
     trained = [count for count in steps if count]
     return (('records', converted / table.convert_images_per_second),
             ('training', sum(training_seconds(plan, count, table) for count in trained)),
-            ('predictions', len(folds) * table.predict_seconds + sum(own) / inference),
+            ('predictions', _prediction_seconds(plan, own, table)),
             ('scores and page', SCORE_SECONDS + SCORE_SECONDS_PER_LABEL * labels))
 
 
@@ -111,15 +121,14 @@ def refit(review, plan, index, rate, seconds_left, table):
     plan = dataclasses.replace(plan, images_per_second=rate)
     steps = list(review.steps)
     every = sum(review.train_images) // max(1, len(review.folds) - 1)  # Each photo once.
-    predicted = [i for i, fold in enumerate(review.folds) if fold.index >= index]
-    rest = (len(predicted) * table.predict_seconds
-            + sum(every - review.train_images[i] for i in predicted)
-            / (rate * table.inference_speedup) + dict(review.seconds)['scores and page'])
+    own = [every - count for count, fold in zip(review.train_images, review.folds)
+           if fold.index >= index]
+    rest = _prediction_seconds(plan, own, table) + dict(review.seconds)['scores and page']
     later = [i for i, fold in enumerate(review.folds) if fold.index > index and steps[i]]
     if seconds_left is not None and later:
         spare = (seconds_left - rest
                  - len(later) * table.startup_seconds(plan.model_name, plan.image_size))
-        fitting = max(MIN_STEPS, int(spare * rate / plan.global_batch / len(later)))
+        fitting = max(MIN_STEPS, _fitting_steps(plan, spare, len(later)))
         steps = [min(count, fitting) if i in later else count for i, count in enumerate(steps)]
     rest += sum(training_seconds(plan, steps[i], table) for i in later)
     return dataclasses.replace(review, steps=tuple(steps)), plan, rest
@@ -135,7 +144,7 @@ def _steps_within(plan, folds, own, request, labels, wanted):
     trained = sum(1 for count in fold_steps if count)
     spare = budget - fixed - trained * request.costs().startup_seconds(plan.model_name,
                                                                        plan.image_size)
-    fitting = int(spare * plan.images_per_second / plan.global_batch / max(1, trained))
+    fitting = _fitting_steps(plan, spare, trained)
     factor = min(1.0, fitting / float(wanted))
     return [min(count, fitting) for count in fold_steps], factor
 

@@ -21,7 +21,7 @@ from efficientdet_hpu.data import tfrecord_format as fmt
 from efficientdet_hpu.data.coco_annotations import ConversionError
 from efficientdet_hpu.datatools import create_coco_tfrecord
 from efficientdet_hpu.datatools import synthetic_coco
-from cli_runs import assert_one_line_error, run_process, small_disk
+from cli_runs import assert_one_line_error, run_process, tmpfs_disk
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SKIPPED_BOXES = {'malformed': 2, 'degenerate': 1, 'outside': 1, 'crowd': 0}
@@ -398,7 +398,7 @@ def test_sixteen_bit_palette_and_progressive_images_become_baseline_rgb(tmp_path
 @pytest.mark.slow  # The converter in a process of its own.
 def test_cli_on_a_full_disk_says_so_and_leaves_no_shard(dataset, tmp_path):
     image_dir, json_path = dataset
-    with small_disk(tmp_path / 'disk', '48k') as disk:
+    with tmpfs_disk(tmp_path / 'disk', '48k') as disk:
         result = _run_cli(_cli_args(image_dir, json_path, str(disk / 'train')))
         leftovers = os.listdir(disk)
     assert_one_line_error(result, '--output_file_prefix', starts_with=(

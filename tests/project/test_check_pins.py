@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from cli_runs import small_disk
+from cli_runs import tmpfs_disk
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'tools'))
@@ -65,7 +65,7 @@ def test_a_pin_the_python_cannot_have_fails_against_the_index(tmp_path, monkeypa
 def test_tensorflow_resolves_with_64_mb_of_scratch_disk(tmp_path, monkeypatch):
     # TensorFlow's wheel is 475 MB: the check reads its metadata, and never downloads it.
     write_set(tmp_path, monkeypatch, 'tensorflow==2.15.1\n', versions=('3.10',))
-    with small_disk(tmp_path / 'disk', '64m') as disk:
+    with tmpfs_disk(tmp_path / 'disk', '64m') as disk:
         for variable in ('TMPDIR', 'PIP_CACHE_DIR'):
             monkeypatch.setenv(variable, str(disk))
         monkeypatch.setattr(tempfile, 'tempdir', str(disk))

@@ -15,8 +15,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from cli_runs import assert_one_line_error, run_main, run_process, started, tiny_flags
-from cli_runs import small_disk as tmpfs_disk
+from cli_runs import assert_one_line_error, run_main, run_process, started, tiny_flags, tmpfs_disk
 
 pytestmark = pytest.mark.slow  # Every test trains or evaluates in a main.py process.
 

@@ -25,7 +25,7 @@ from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tiled_predict
 from efficientdet_hpu.serving import visualize
 from efficientdet_hpu.training import det_model_fn
-from cli_runs import assert_one_line_error, run_python, small_disk
+from cli_runs import assert_one_line_error, run_python, tmpfs_disk
 from efficientdet_hpu.data import label_map as label_map_lib
 
 tf1 = tf.compat.v1
@@ -406,7 +406,7 @@ def test_host_nms_per_class():
 
 
 def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tiny_trained_run, tmp_path):
-    with small_disk(tmp_path / 'disk', '4m') as disk:
+    with tmpfs_disk(tmp_path / 'disk', '4m') as disk:
         result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
                              '--export_dir=%s' % (disk / 'saved_model')])
         leftovers = os.listdir(disk)

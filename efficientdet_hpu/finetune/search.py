@@ -6,7 +6,10 @@ the best one continued from its own model_dir.
 
 A rung is a candidate's k-th evaluation: each candidate's steps fit the same budget, so the
 k-th evaluation comes at the same share of each one's run. Scores are the AP50 of that
-evaluation (tiles when tiled); a tie goes to the plan's own choice, the first candidate.
+evaluation (tiles when tiled). AP50s equal to the decimals printed are a tie, which the training
+loss at the rung breaks (the detection loss, L2 left out: the median of the train records in
+the second half of the steps to the rung) where one candidate's is LOSS_MARGIN under the plan's
+own's; else a tie goes to the plan's own choice, the first candidate.
 
 Candidates differ in input size or, beside an ImageNet backbone, start from random weights
 (plan.candidate_name: '192px', '192px-random').
@@ -19,6 +22,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import time
 
 from efficientdet_hpu.core import atomic_file
@@ -32,22 +36,44 @@ MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up 
 
 # Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise).
 SCORE_DECIMALS = 3
+# A tie's training losses closer than this share are a tie too (single-batch losses are noisy).
+LOSS_MARGIN = 0.05
+# A candidate logs ten times to its rung, so the loss that breaks a tie is a median of five.
+RUNG_LOG_RECORDS = 10
 
 
 def _rounded(value):
     return round(value, SCORE_DECIMALS)
 
 
-def successive_halving(names, score, rungs):
+def loss_first(tied, losses):
+    """`tied` (names, the plan's order) with the one whose loss (losses {name: float or None})
+    is lowest first where it is LOSS_MARGIN under the first's; else as they are."""
+    first = losses.get(tied[0])
+    known = [name for name in tied if losses.get(name) is not None]
+    if first is None or not known:
+        return list(tied)
+    lowest = min(known, key=lambda name: losses[name])
+    if losses[lowest] >= (1.0 - LOSS_MARGIN) * first:
+        return list(tied)
+    return [lowest] + [name for name in tied if name != lowest]
+
+
+def successive_halving(names, score, rungs, loss=lambda name, rung: None):
     """Runs the rungs: every name alive is scored (score(name, rung) -> float), the better half
-    (at least one) goes on, ties (to SCORE_DECIMALS) kept in `names`' order. Returns (winner,
-    [(rung, name, score)])."""
+    (at least one) goes on; ties (to SCORE_DECIMALS) in `names`' order but for the one
+    loss_first puts first (loss(name, rung): its training loss at the rung, or None). Returns
+    (winner, [(rung, name, score)])."""
     alive, history = list(names), []
     for rung in range(rungs):
-        scored = [(score(name, rung), index, name) for index, name in enumerate(alive)]
-        history += [(rung, name, value) for value, _, name in scored]
-        ranked = sorted(scored, key=lambda item: (-_rounded(item[0]), item[1]))
-        alive = [name for _, _, name in ranked[:max(1, len(alive) // 2)]]
+        scored = [(score(name, rung), name) for name in alive]
+        history += [(rung, name, value) for value, name in scored]
+        ranked = []
+        for value in sorted({_rounded(value) for value, _ in scored}, reverse=True):
+            tied = [name for found, name in scored if _rounded(found) == value]
+            ranked += loss_first(tied, {name: loss(name, rung) for name in tied}
+                                 ) if len(tied) > 1 else tied
+        alive = ranked[:max(1, len(alive) // 2)]
         if len(alive) == 1:
             break
     return alive[0], history
@@ -87,6 +113,15 @@ def evaluation_score(model_dir, step):
     return metrics.get('AP50'), metrics.get('AP')
 
 
+def rung_loss(model_dir, step):
+    """The detection loss (the loss less its L2 term) of model_dir's training to `step`: the
+    median of main.py's train records in the second half of the steps, or None."""
+    losses = sorted(r['loss'] - r.get('l2_loss', 0.0) for r in budget.training_log(model_dir)
+                    if r.get('event') == 'train' and step / 2.0 < r.get('step', 0) <= step
+                    and r.get('loss') is not None)
+    return statistics.median(losses) if losses else None
+
+
 class _Candidates:
     """Runs candidates to their rungs; remembers each one's score, step and minutes."""
 
@@ -111,7 +146,9 @@ class _Candidates:
         self.runner.command(
             'search-' + name, 'train', ['--hparams=' + os.path.join(
                 candidate_dir(self.runner.layout, name), 'plan.yaml'),
-                '--model_dir=' + model_dir], (stop_after or 3 * 3600.0) + GRACE_SECONDS,
+                '--model_dir=' + model_dir, '--log_every_n_steps=%d' % max(
+                    1, plan.eval_interval // RUNG_LOG_RECORDS)],
+            (stop_after or 3 * 3600.0) + GRACE_SECONDS,
             stop_after=stop_after,
             stop_when=lambda line: evaluation_score(model_dir, step) is not None)
         found = evaluation_score(model_dir, step)
@@ -121,11 +158,21 @@ class _Candidates:
                               'weights': plan.weights.kind or 'random', 'step': step,
                               'of_steps': plan.steps, 'AP50': ap50,
                               'AP': found[1] if found else None,
+                              'loss': rung_loss(model_dir, step),
                               'minutes': round(self.results.get(name, {}).get('minutes', 0)
                                                + minutes, 2)}
-        self.runner.say('  %s: AP50 %.3f at step %d (%.0f%% of its %d steps), %.1f min' % (
-            name, ap50, step, 100.0 * step / plan.steps, plan.steps, minutes))
+        self.runner.say('  %s: AP50 %.3f at step %d (%.0f%% of its %d steps), %.1f min%s' % (
+            name, ap50, step, 100.0 * step / plan.steps, plan.steps, minutes, _loss_text(
+                self.results[name]['loss'], ', training loss ')))
         return ap50
+
+    def loss(self, name, rung):
+        del rung  # The result kept is the rung's just scored.
+        return self.results[name]['loss']
+
+
+def _loss_text(loss, prefix=''):
+    return '' if loss is None else '%s%.3f' % (prefix, loss)
 
 
 def result_line(results, winner) -> str:
@@ -134,11 +181,21 @@ def result_line(results, winner) -> str:
         r['name'], 'AP50 %.3f' % r['AP50'] if r['AP50'] >= 0 else
         'no evaluation: stopped by the budget before it', r['step'], r['of_steps'],
         r['minutes']) for r in results)
-    others = [r for r in results if r['name'] != winner]
     best = next(r for r in results if r['name'] == winner)
-    why = ('the higher AP50 at the same share of its run' if all(
-        _rounded(best['AP50']) > _rounded(r['AP50']) for r in others)
-           else 'a tie, which goes to the plan\'s own')
+    tied = [r for r in results if _rounded(r['AP50']) == _rounded(best['AP50'])]
+    first = 'the plan\'s own' if tied[0] is results[0] else 'the first in the plan\'s order'
+    losses = ' against '.join('%s (%s)' % (_loss_text(r.get('loss')), r['name'])
+                              for r in [best] + [r for r in tied if r is not best])
+    if len(tied) == 1:
+        why = 'the higher AP50 at the same share of its run'
+    elif tied[0] is not best:
+        why = ('a tie in AP50, broken by the training loss up to that evaluation: %s; %d%% '
+               'lower or more goes on before %s' % (losses, 100 * LOSS_MARGIN, first))
+    elif any(r.get('loss') is None for r in tied):
+        why = 'a tie, which goes to %s' % first
+    else:
+        why = ('a tie, which goes to %s: training losses up to that evaluation %s, none %d%% '
+               'lower' % (first, losses, 100 * LOSS_MARGIN))
     return 'tried %s; %s goes on: %s' % (tried, winner, why)
 
 
@@ -210,7 +267,7 @@ def search_stage(runner, plan, deadline, from_record, spent):
     for name in candidates.plans:  # A search cut short earlier starts again.
         shutil.rmtree(candidates.model_dir(name), ignore_errors=True)
     winner, _ = successive_halving(list(candidates.plans), candidates.score,
-                                   rungs_for(len(named)))
+                                   rungs_for(len(named)), candidates.loss)
     results = [candidates.results[name] for name in candidates.plans]
     line = result_line(results, winner)
     runner.say('  ' + line)

@@ -46,6 +46,72 @@ def test_a_tie_goes_to_the_first_the_plans_own():
     assert search.result_line(results, 'own').endswith("a tie, which goes to the plan's own")
 
 
+def test_a_tie_is_broken_by_the_training_loss_at_the_rung():
+    """classes-20 in the suite: both starts at AP50 0.000 at their rungs; the random start's
+    classification loss 0.98, the backbone's 1.14. The backbone went on and ended at 0.047,
+    where the random start reaches 0.27."""
+    ap50 = {'128px': 0.0001, '128px-random': 0.0}
+    losses = {'128px': 1.14, '128px-random': 0.98}
+    winner, _ = search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
+                                          lambda name, rung: losses[name])
+    assert winner == '128px-random'
+    # Within LOSS_MARGIN (5%) of the plan's own: noise, the plan's own goes on.
+    losses['128px-random'] = 1.09
+    winner, _ = search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
+                                          lambda name, rung: losses[name])
+    assert winner == '128px'
+    # The loss never overrules a higher AP50, nor decides without the plan's own's loss.
+    ap50['128px'], losses['128px-random'] = 0.002, 0.5
+    assert search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
+                                     lambda name, rung: losses[name])[0] == '128px'
+    ap50['128px'], losses['128px'] = 0.0, None
+    assert search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
+                                     lambda name, rung: losses[name])[0] == '128px'
+
+
+def test_the_loss_orders_a_tie_below_the_best_too():
+    """Four candidates keep two: 'a' leads; b, c and d tie behind it; d's loss is lowest by
+    more than the margin under b's, so d goes on with a."""
+    ap50 = {'a': 0.3, 'b': 0.1, 'c': 0.1, 'd': 0.1}
+    losses = {'a': 2.0, 'b': 1.0, 'c': 0.97, 'd': 0.8}
+    calls = []
+    winner, _ = search.successive_halving(
+        list('abcd'), _scorer({k: [v, v + (0.1 if k == 'd' else 0)] for k, v in ap50.items()},
+                              calls), 2, lambda name, rung: losses[name])
+    assert calls[4:] == [('a', 1), ('d', 1)] and winner == 'a'
+
+
+def test_the_result_line_says_how_a_tie_was_broken():
+    results = [{'name': '128px', 'AP50': 0.0001, 'step': 236, 'of_steps': 2832,
+                'minutes': 2.0, 'loss': 1.14},
+               {'name': '128px-random', 'AP50': 0.0, 'step': 164, 'of_steps': 1968,
+                'minutes': 1.5, 'loss': 0.98}]
+    assert search.result_line(results, '128px-random').endswith(
+        '128px-random goes on: a tie in AP50, broken by the training loss up to that '
+        'evaluation: 0.980 (128px-random) against 1.140 (128px); 5% lower or more goes on '
+        'before the plan\'s own')
+    results[1]['loss'] = 1.12
+    assert search.result_line(results, '128px').endswith(
+        "128px goes on: a tie, which goes to the plan's own: training losses up to that "
+        "evaluation 1.140 (128px) against 1.120 (128px-random), none 5% lower")
+    results[1]['loss'] = None
+    assert search.result_line(results, '128px').endswith(
+        "128px goes on: a tie, which goes to the plan's own")
+
+
+def test_the_rung_loss_is_the_median_detection_loss_of_the_second_half(tmp_path):
+    records = [{'event': 'train', 'step': step, 'loss': loss + 0.5, 'l2_loss': 0.5}
+               for step, loss in ((20, 9.0), (40, 3.0), (60, 1.2), (80, 1.0), (100, 1.1),
+                                  (120, 0.2))]
+    records.insert(3, {'event': 'eval', 'step': 60})
+    (tmp_path / 'train_log.jsonl').write_text(
+        '\n'.join(json.dumps(r) for r in records) + '\n{"event": "tr')
+    # Steps 60, 80 and 100 are in (50, 100]: the median of 1.2, 1.0 and 1.1, L2 left out.
+    assert abs(search.rung_loss(str(tmp_path), 100) - 1.1) < 1e-9
+    assert search.rung_loss(str(tmp_path), 10) is None
+    assert search.rung_loss(str(tmp_path / 'none'), 100) is None
+
+
 def test_rungs_take_the_candidates_down_to_one():
     assert [search.rungs_for(n) for n in (1, 2, 3, 4, 8)] == [0, 1, 1, 2, 3]
 

@@ -60,9 +60,15 @@ def test_a_search_tries_imagenet_and_random_weights_and_the_winner_goes_on(tmp_p
         'backbone', 'random')
     for entry in tried.values():  # Each scored at its first evaluation.
         assert 0.0 <= entry['AP50'] <= 1.0 and entry['step'] < entry['of_steps']
+        assert entry['loss'] > 0  # The detection loss main.py logged on the way to it.
     winner = tried[search['winner']]
-    # The better AP50 to the three decimals printed (equal ones are a tie, to the plan's own).
+    # The better AP50 to the three decimals printed; equal ones are a tie, which goes to the
+    # random start where its training loss is 5% or more under the plan's own's.
     assert all(round(winner['AP50'], 3) >= round(entry['AP50'], 3) for entry in tried.values())
+    own, random_start = tried['128px'], tried['128px-random']
+    if round(own['AP50'], 3) == round(random_start['AP50'], 3):
+        assert search['winner'] == (
+            '128px-random' if random_start['loss'] < 0.95 * own['loss'] else '128px')
     assert search['line'] in result.stdout
     with open(os.path.join(out, 'plan.yaml')) as stream:
         text = stream.read()

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import time
 
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
@@ -265,11 +266,12 @@ def with_evaluations(plan, evaluations, why):
         seconds=tuple((name, parts[name]) for name, _ in plan.seconds))
 
 
-def measured_rate(model_dir):
-    """The median training images/s model_dir's log records, or None."""
-    rates = sorted(r['images_per_sec'] for r in _train_records(model_dir, 0)
-                   if r.get('images_per_sec'))
-    return rates[len(rates) // 2] if rates else None
+def measured_rate(model_dir, log=None):
+    """The median training images/s of model_dir's log records (`log`: its training_log, read
+    already) past the first, which can hold a start's slower steps; or None."""
+    rates = [r['images_per_sec'] for r in _train_records(model_dir, 0, log)
+             if r.get('images_per_sec')]
+    return statistics.median(rates[1:] or rates) if rates else None
 
 
 def rewrite(plan_yaml, plan_json, plan, notes=(), was=None):

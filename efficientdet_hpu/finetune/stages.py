@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import tempfile
 import time
 
@@ -105,14 +104,12 @@ def latest_step(model_dir):
 def training_record(model_dir, stopped, minutes):
     """training.json: how training ended, its step, its measured images/s, the best."""
     log = budget.training_log(model_dir)
-    rates = [r['images_per_sec'] for r in log if r.get('event') == 'train'
-             and r.get('images_per_sec')]
+    rate = budget.measured_rate(model_dir, log)
     early = any(r.get('event') == 'early_stop' for r in log)
     return {'ended': 'stopped at the time budget' if stopped else
             'early stop' if early else 'completed',
             'step': latest_step(model_dir), 'minutes': round(minutes, 1),
-            'images_per_second': round(statistics.median(rates[1:] or rates), 2) if rates
-            else None}
+            'images_per_second': None if rate is None else round(rate, 2)}
 
 
 def training_stage(runner, plan, deadline):

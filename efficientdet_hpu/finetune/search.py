@@ -5,7 +5,9 @@ each rung (successive halving, as Hyperband's inner loop and Optuna's Successive
 the best one continued from its own model_dir.
 
 A rung is a candidate's k-th evaluation: each candidate's steps fit the same budget, so the
-k-th evaluation comes at the same share of each one's run. Scores are the AP50 of that
+k-th evaluation comes at the same share of each one's planned run (a tenth for the first); the
+fit before the search (_fitted) cuts whole evaluations, so a candidate cut more has its rung
+later in what it will run. Scores are the AP50 of that
 evaluation (tiles when tiled). AP50s equal to the decimals printed are a tie, which the training
 loss at the rung breaks (the detection loss, L2 left out: the median of the train records in
 the second half of the steps to the rung) where one candidate's is LOSS_MARGIN under the plan's
@@ -187,7 +189,7 @@ def result_line(results, winner) -> str:
     losses = ' against '.join('%s (%s)' % (_loss_text(r.get('loss')), r['name'])
                               for r in [best] + [r for r in tied if r is not best])
     if len(tied) == 1:
-        why = 'the higher AP50 at the same share of its run'
+        why = 'the higher AP50 at the same evaluation of its run'
     elif tied[0] is not best:
         why = ('a tie in AP50, broken by the training loss up to that evaluation: %s; %d%% '
                'lower or more goes on before %s' % (losses, 100 * LOSS_MARGIN, first))

@@ -122,7 +122,7 @@ def test_the_result_line_names_each_score_and_why():
     line = search.result_line(results, '192px')
     assert line == ('tried 192px (AP50 0.312 at step 244 of 2440, 1.9 min) and 256px (AP50 '
                     '0.288 at step 150 of 1500, 2.2 min); 192px goes on: the higher AP50 at '
-                    'the same share of its run')
+                    'the same evaluation of its run')
     tie = [dict(results[0], AP50=0.3), dict(results[1], AP50=0.3)]
     assert search.result_line(tie, '192px').endswith("a tie, which goes to the plan's own")
 

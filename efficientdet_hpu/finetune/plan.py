@@ -334,8 +334,8 @@ def _search(data, hardware, request, table, model, own, other_side):
         what = '%d px against %d px: the rules cannot weigh detail against passes' % (
             own.size, other_side)
     why = ('%s, so each trains to its first evaluation and the one with the higher AP50 on '
-           'the validation images goes on (%.1f min of the budget kept for it)' % (
-               what, cost / 60.0))
+           'the validation images goes on, a tie to the lower training loss (%.1f min of the '
+           'budget kept for it)' % (what, cost / 60.0))
     if tried:
         why += '; %s not tried: with it the search would cost %.1f min, over %s' % (
             tried[0][0][0], tried[0][1] / 60.0, share)

@@ -17,7 +17,8 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    plan's by more than TOLERANCE, training is stopped (SIGTERM: a checkpoint),
                    plan.yaml gets the new number of evaluations (and the schedule that follows
                    them) and main.py resumes from the checkpoint. Fewer fit by less: the time
-                   budget stops training (a checkpoint) a little before the plan's last step.
+                   budget stops training (a checkpoint) a little before the plan's last step,
+                   as it does where a restart would end at the step reached (ends_here).
                    A restart costs a start-up, but a time-budget stop costs more: it cuts the
                    cosine before its rate reaches zero, where these runs gain the most, and
                    the steps after the last evaluation are never scored. The start-up's ratio
@@ -189,7 +190,8 @@ class RateProbe:
         self.decision = {'evaluations': evaluations, 'step': record['step'],
                          'rate': round(rate, 2), 'startup': round(startup, 1),
                          'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
-                         'restart': worth_restarting(self.plan, evaluations, fit)}
+                         'restart': worth_restarting(self.plan, evaluations, fit,
+                                                     record['step'])}
         if self.say:  # As it is decided, not when training ends.
             self.say(steps_line(self.plan, self.decision))
         return self.decision['restart']
@@ -208,14 +210,25 @@ def training_stop(deadline, final_seconds, probe=None, floor=60.0):
     return seconds
 
 
-def worth_restarting(plan, evaluations, fit) -> bool:
-    """Whether stopping main.py to train `evaluations` evaluations (what fits after a restart)
-    beats going on with the plan's, of which `fit` fit the time left without one: more steps
-    when they add more than TOLERANCE of the plan's; fewer when the plan overruns and the cut
-    is more than TOLERANCE of its steps (a time-budget stop would cost the end of the cosine
-    and the steps after the last evaluation: module docstring)."""
+def worth_restarting(plan, evaluations, fit, step=0) -> bool:
+    """Whether stopping main.py at `step` to train `evaluations` evaluations (what fits after a
+    restart) beats going on with the plan's, of which `fit` fit the time left without one: more
+    steps when they add more than TOLERANCE of the plan's; fewer when the plan overruns and the
+    cut is more than TOLERANCE of its steps (a time-budget stop would cost the end of the cosine
+    and the steps after the last evaluation: module docstring). Never when the restart would
+    end at `step` or before while going on reaches another evaluation (ends_here)."""
+    if ends_here(plan, evaluations, fit, step):
+        return False
     return ((evaluations > plan.evaluations or fit < plan.evaluations)
             and worth_changing(plan, evaluations))
+
+
+def ends_here(plan, evaluations, fit, step) -> bool:
+    """Whether a restart to `evaluations` evaluations would train nothing past `step`, the
+    step reached, while going on trains to another evaluation (`fit`) before the time-budget
+    stop: a one-off slow pause can put a run there, and stopping would leave the time its
+    restart was to take unused."""
+    return evaluations * plan.eval_interval <= step < fit * plan.eval_interval
 
 
 def steps_line(plan, decision) -> str:
@@ -225,6 +238,11 @@ def steps_line(plan, decision) -> str:
         verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '
                    'with the new number' % (decision['evaluations'] * plan.eval_interval,
                                             plan.steps))
+    elif not steps_asked(plan) and ends_here(plan, decision['evaluations'], fit,
+                                             decision['step']):
+        verdict = ('about %d of the planned %d steps fit; a restart to fewer would end at this '
+                   'step, so training goes on until the time budget stops it' % (
+                       fit * plan.eval_interval, plan.steps))
     elif fit < plan.evaluations and not steps_asked(plan):
         verdict = ('about %d of the planned %d steps fit (within %d%%): the time budget stops '
                    'training' % (fit * plan.eval_interval, plan.steps, 100 * TOLERANCE))

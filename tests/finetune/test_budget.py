@@ -152,6 +152,24 @@ def test_fewer_steps_restart_unless_the_cut_is_within_the_tolerance(plan):
                          'budget stops training')
 
 
+def test_a_restart_that_would_end_at_the_step_reached_goes_on_instead(plan):
+    """CI's four-minute run on a slow VM: an evaluation pause of 16 s (planned 1.4) put the run
+    behind at step 300 of 600; a restart to 300 steps would have stopped it there and left the
+    30 s its start-up was kept for unused (3.4 of 4 min). Going on reaches another evaluation
+    before the time-budget stop. Here: at step 445 (5 of 10 evaluations), 5 after a restart,
+    7 without one."""
+    assert budget.ends_here(plan, 5, 7, 445)
+    assert not budget.worth_restarting(plan, 5, 7, 445)
+    line = budget.steps_line(plan, {'evaluations': 5, 'fit': 7, 'step': 445, 'rate': 8.0,
+                                    'startup': 30.0, 'load': 1.0, 'restart': False})
+    assert line.endswith('about 623 of the planned 890 steps fit; a restart to fewer would end '
+                         'at this step, so training goes on until the time budget stops it')
+    # Nothing more fits either way: the run stops at the step reached, as before.
+    assert not budget.ends_here(plan, 5, 5, 445) and budget.worth_restarting(plan, 5, 5, 445)
+    # A restart that still trains past the step reached goes as the rule says.
+    assert not budget.ends_here(plan, 6, 7, 445) and budget.worth_restarting(plan, 6, 7, 445)
+
+
 def test_steps_asked_with_the_flag_stay(plan):
     asked = dataclasses.replace(plan, reasons=tuple(
         (topic, '890 steps of 8 images: asked with --steps' if topic == 'steps' else text)

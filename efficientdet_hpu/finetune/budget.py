@@ -103,7 +103,7 @@ def training_log(model_dir):
     return [record for record in records if isinstance(record, dict) and 'event' in record]
 
 
-def _train_records(model_dir, since, log=None):
+def train_records(model_dir, since=0.0, log=None):
     """main.py's 'train' records in model_dir's log written after `since` (time.time())."""
     return [r for r in (training_log(model_dir) if log is None else log)
             if r.get('event') == 'train' and r.get('time', 0) >= since]
@@ -146,7 +146,7 @@ class RateProbe:
     def _window(self):
         """(first record, last record, the rate, evaluations between) or None."""
         log = training_log(self.model_dir)
-        logged = [r for r in _train_records(self.model_dir, self.started, log)
+        logged = [r for r in train_records(self.model_dir, self.started, log)
                   if r.get('images_per_sec')]
         if len(logged) < 2:
             return None
@@ -287,7 +287,7 @@ def with_evaluations(plan, evaluations, why):
 def measured_rate(model_dir, log=None):
     """The median training images/s of model_dir's log records (`log`: its training_log, read
     already) past the first, which can hold a start's slower steps; or None."""
-    rates = [r['images_per_sec'] for r in _train_records(model_dir, 0, log)
+    rates = [r['images_per_sec'] for r in train_records(model_dir, log=log)
              if r.get('images_per_sec')]
     return statistics.median(rates[1:] or rates) if rates else None
 

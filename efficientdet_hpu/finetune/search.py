@@ -73,8 +73,7 @@ def successive_halving(names, score, rungs, loss=lambda name, rung: None):
         ranked = []
         for value in sorted({_rounded(value) for value, _ in scored}, reverse=True):
             tied = [name for found, name in scored if _rounded(found) == value]
-            ranked += loss_first(tied, {name: loss(name, rung) for name in tied}
-                                 ) if len(tied) > 1 else tied
+            ranked += loss_first(tied, {name: loss(name, rung) for name in tied})
         alive = ranked[:max(1, len(alive) // 2)]
         if len(alive) == 1:
             break
@@ -118,9 +117,8 @@ def evaluation_score(model_dir, step):
 def rung_loss(model_dir, step):
     """The detection loss (the loss less its L2 term) of model_dir's training to `step`: the
     median of main.py's train records in the second half of the steps, or None."""
-    losses = sorted(r['loss'] - r.get('l2_loss', 0.0) for r in budget.training_log(model_dir)
-                    if r.get('event') == 'train' and step / 2.0 < r.get('step', 0) <= step
-                    and r.get('loss') is not None)
+    losses = [r['loss'] - r.get('l2_loss', 0.0) for r in budget.train_records(model_dir)
+              if step / 2.0 < r.get('step', 0) <= step and r.get('loss') is not None]
     return statistics.median(losses) if losses else None
 
 

@@ -124,6 +124,17 @@ def tiny_flags(dataset, model_dir, *extra, hparams=TINY_HPARAMS):
             '--log_every_n_steps=1', '--cp_every_n_steps=100'] + list(extra)
 
 
+# Two ranks, 2 images each (global batch 4), 8 images an epoch (2 steps), 4 epochs: 8 steps.
+TWO_RANK_EPOCHS = 4
+
+
+def two_rank_flags(dataset, model_dir, *extra):
+    """The flags of two_rank_run (after demo_efficientdet.py --use_horovod 2): a seeded,
+    ordered run, so that a stopped and resumed run with the same flags ends with its weights."""
+    return tiny_flags(dataset, str(model_dir), '--mode=train', '--deterministic',
+                      '--num_examples_per_epoch=8', '--num_epochs=%d' % TWO_RANK_EPOCHS, *extra)
+
+
 def assert_one_line_error(result, *expected, starts_with=None):
     """Asserts that a finished command failed as a user mistake must (core/errors.py): exit status
     2, exactly one line holding 'error:' in its output, no traceback. That line must begin

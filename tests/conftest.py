@@ -22,7 +22,7 @@ import threading
 import pytest
 
 import session_cache
-from cli_runs import run_main, run_python, tiny_flags
+from cli_runs import run_main, run_python, tiny_flags, two_rank_flags
 
 pytest_plugins = ['deadlines']  # A deadline per test, every thread's stack when it passes.
 
@@ -31,7 +31,7 @@ pytest_plugins = ['deadlines']  # A deadline per test, every thread's stack when
 # test using one, directly or through another fixture (an export of a run), is marked slow; a
 # test that starts such a process itself carries @pytest.mark.slow.
 SLOW_FIXTURES = frozenset({'tiny_trained_run', 'profiled_run', 'train_and_eval_run',
-                           'two_ranks', 'faulty_run'})
+                           'two_ranks', 'faulty_run', 'two_rank_run', 'tiny_export'})
 
 
 def pytest_configure(config):  # pylint: disable=unused-argument
@@ -144,3 +144,32 @@ def profiled_run(tiny_dataset, tmp_path_factory):
         assert result.returncode == 0, result.stdout[-5000:]
         return str(model_dir)
     yield from _shared_read_only(tmp_path_factory, 'profiled_run', build)
+
+
+@pytest.fixture(scope='session')
+def two_rank_run(tiny_dataset, tmp_path_factory):
+    """{'model_dir', 'output'}: an uninterrupted real `mpirun -np 2` training through the
+    launcher (two_rank_flags), shared by test_distributed.py and the signal tests' comparison of
+    a resumed run with a whole one."""
+    def build(model_dir):
+        result = run_python(['demo_efficientdet.py', '--use_horovod', '2']
+                            + two_rank_flags(tiny_dataset, model_dir), timeout=900)
+        assert result.returncode == 0, result.stdout[-6000:]
+        return {'model_dir': str(model_dir), 'output': result.stdout}
+    yield from _shared_read_only(tmp_path_factory, 'two_rank_run', build)
+
+
+@pytest.fixture(scope='session')
+def tiny_export(tiny_trained_run, tmp_path_factory):
+    """{'export_dir', 'output'}: tiny_trained_run exported in every format (`inference.py
+    export`: the SavedModel, TFLite fp32, fp16 and int8 calibrated on 4 training images, ONNX
+    fp32, in one directory), and the command's output; shared by the serving tests."""
+    def build(directory):
+        export_dir = str(directory / 'saved_model')
+        result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
+                             '--export_dir=%s' % export_dir, '--calibration_count=4',
+                             '--formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8,'
+                             'onnx_fp32'], timeout=900)
+        assert result.returncode == 0, result.stdout[-5000:]
+        return {'export_dir': export_dir, 'output': result.stdout}
+    yield from _shared_read_only(tmp_path_factory, 'tiny_export', build)

@@ -430,13 +430,18 @@ def check_links(path, text):
 
 # ----------------------------------------------------------------------------------- tests
 def code_fingerprint():
-    """A hash of the interpreter and every Python file of the project outside tests/."""
+    """A hash of the interpreter and every Python file of the project outside tests/ (and
+    outside .git and the virtual environments, .venv, .venv310, which are not walked)."""
     digest = hashlib.sha256(sys.executable.encode())
-    for path in sorted(ROOT.rglob('*.py')):
-        relative = path.relative_to(ROOT)
-        skipped = relative.parts[0] in ('.venv', '.git', 'tests') or '__pycache__' in relative.parts
-        if not skipped:
-            digest.update(str(relative).encode() + b'\0' + path.read_bytes() + b'\0')
+    paths = []
+    for directory, subdirectories, names in os.walk(ROOT):
+        if pathlib.Path(directory) == ROOT:
+            subdirectories[:] = [name for name in subdirectories
+                                 if not name.startswith('.venv') and name not in ('.git', 'tests')]
+        subdirectories[:] = [name for name in subdirectories if name != '__pycache__']
+        paths += [pathlib.Path(directory, name) for name in names if name.endswith('.py')]
+    for path in sorted(paths):
+        digest.update(str(path.relative_to(ROOT)).encode() + b'\0' + path.read_bytes() + b'\0')
     return digest.hexdigest()
 
 

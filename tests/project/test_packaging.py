@@ -29,7 +29,9 @@ def wheel(tmp_path_factory):
     at_root = {'.venv', '.git', 'data', 'runs', 'build', '.pytest_cache', 'tests', 'docs'}
 
     def ignore(directory, names):  # The root's run folders, not efficientdet_hpu/data.
-        skipped = at_root & set(names) if os.path.samefile(directory, REPO) else set()
+        skipped = set()
+        if os.path.samefile(directory, REPO):  # .venv, .venv310 (.ci/run) and the like too.
+            skipped = {name for name in names if name in at_root or name.startswith('.venv')}
         return skipped | everywhere(directory, names)
 
     shutil.copytree(REPO, source, ignore=ignore)

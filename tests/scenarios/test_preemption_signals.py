@@ -13,7 +13,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from cli_runs import python_env, run_main, run_process, started, tiny_flags
+from cli_runs import (TWO_RANK_EPOCHS, python_env, run_main, run_process, started, tiny_flags,
+                      two_rank_flags)
 from test_distributed_resume import RANK_CHECKSUM_RE, _kill_tree, _rank_pids, _wait_until
 
 pytestmark = pytest.mark.slow  # Real training processes, signalled.
@@ -98,17 +99,15 @@ def _final_checksums(output):
             for rank, step, checksum in RANK_CHECKSUM_RE.findall(output)}
 
 
-@pytest.mark.timeout(1800)  # Three mpirun trainings: the signalled one, its rerun, a whole one.
-def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_path):
-    total = 8  # 8 examples per epoch, global batch 4: 2 steps per epoch, 4 epochs.
+@pytest.mark.timeout(1800)  # Two mpirun trainings: the signalled one and its rerun.
+def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, two_rank_run,
+                                                               tmp_path):
+    """The rerun ends with the weights of conftest's two_rank_run, the same command run whole."""
+    total = 2 * TWO_RANK_EPOCHS  # 2 steps an epoch.
     launcher = ['demo_efficientdet.py', '--use_horovod', '2']
-
-    def flags(model_dir):
-        return tiny_flags(tiny_dataset, str(model_dir), '--mode=train', '--deterministic',
-                          '--num_examples_per_epoch=8', '--num_epochs=%d' % (total // 2))
-
     log_path = str(tmp_path / 'signalled.log')
-    with _started(launcher + flags(tmp_path / 'model'), log_path) as process:
+    model_dir = str(tmp_path / 'model')
+    with _started(launcher + two_rank_flags(tiny_dataset, model_dir), log_path) as process:
         pids = []
         try:
             assert _wait_until(lambda: max(_steps_logged(log_path) or [0]) >= 2
@@ -126,18 +125,16 @@ def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, tmp_
     assert returncode == SIGTERM_STATUS, output[-4000:]
     (stopped,) = STOP_RE.findall(output)
     step = int(stopped[0])
-    assert 2 <= step < total and _latest_step(str(tmp_path / 'model')) == step, output[-4000:]
+    assert 2 <= step < total and _latest_step(model_dir) == step, output[-4000:]
     final = _final_checksums(output)  # Both ranks ended at the stop step, equal weights.
     assert sorted(final) == [0, 1] and final[0] == final[1] and final[0][0] == step, final
 
-    rerun = run_process([sys.executable] + launcher + flags(tmp_path / 'model'), timeout=900,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    rerun = run_process([sys.executable] + launcher + two_rank_flags(tiny_dataset, model_dir),
+                        timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     assert 'resuming from' in rerun.stdout and min(_steps(rerun.stdout)) > step
-    whole = run_process([sys.executable] + launcher + flags(tmp_path / 'whole'), timeout=900,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
-    assert whole.returncode == 0, whole.stdout[-4000:]
-    resumed, uninterrupted = _final_checksums(rerun.stdout), _final_checksums(whole.stdout)
+    resumed = _final_checksums(rerun.stdout)
+    uninterrupted = _final_checksums(two_rank_run['output'])
     assert resumed[0] == resumed[1] == uninterrupted[0] == uninterrupted[1], (
         resumed, uninterrupted)
     assert resumed[0][0] == total

@@ -30,15 +30,10 @@ NAMES = {3: 'ellipse', 17: 'rectangle', 42: 'triangle', 90: 'cross'}  # The synt
 STEP_LINE = re.compile(r'step (\d+)/\d+ loss')
 
 
-@pytest.fixture(scope='module')
-def exported(tiny_trained_run, tmp_path_factory):
-    """The tiny run exported as a SavedModel with TFLite and ONNX files beside it."""
-    export_dir = str(tmp_path_factory.mktemp('api_export') / 'saved_model')
-    result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
-                         '--export_dir=%s' % export_dir,
-                         '--formats=saved_model,tflite_fp32,onnx_fp32'])
-    assert result.returncode == 0, result.stdout[-5000:]
-    return export_dir
+@pytest.fixture(name='exported')
+def exported_fixture(tiny_export):
+    """The tiny run exported as a SavedModel with TFLite and ONNX files beside it (conftest)."""
+    return tiny_export['export_dir']
 
 
 @pytest.fixture(scope='module')

@@ -31,14 +31,11 @@ from efficientdet_hpu.data import label_map as label_map_lib
 tf1 = tf.compat.v1
 
 
-@pytest.fixture(scope='module')
-def exported(tiny_trained_run, tmp_path_factory):
-    """The shared tiny run (conftest.py) exported as a SavedModel (the default format)."""
-    export_dir = str(tmp_path_factory.mktemp('export') / 'saved_model')
-    result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
-                         '--export_dir=%s' % export_dir])
-    assert result.returncode == 0, result.stdout[-5000:]
-    return export_dir
+@pytest.fixture(name='exported')
+def exported_fixture(tiny_export):
+    """The shared tiny run exported as a SavedModel (with the other formats beside it:
+    conftest.py's tiny_export)."""
+    return tiny_export['export_dir']
 
 
 def _val_records(pattern):

@@ -21,15 +21,13 @@ ONNX_FILE = 'model_fp32.onnx'
 
 
 @pytest.fixture(scope='module')
-def exported(tiny_trained_run, tmp_path_factory):
-    """The tiny model exported as SavedModel and ONNX into one directory, and the ONNX
-    predictor of it (shared: building a session and the preprocessing takes seconds)."""
-    export_dir = str(tmp_path_factory.mktemp('onnx_export') / 'export')
-    result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
-                         '--export_dir=%s' % export_dir, '--formats=saved_model,onnx_fp32'])
-    assert result.returncode == 0, result.stdout[-5000:]
+def exported(tiny_trained_run, tiny_export):
+    """The tiny model exported as SavedModel and ONNX into one directory (with the TFLite
+    files), and the ONNX predictor of it (shared: building a session and the preprocessing
+    takes seconds)."""
+    export_dir = tiny_export['export_dir']  # conftest.py: every format, shared.
     onnx_path = os.path.join(export_dir, ONNX_FILE)
-    assert 'exported %s' % onnx_path in result.stdout
+    assert 'exported %s' % onnx_path in tiny_export['output']
     predictor = onnx_runner.ONNXPredictor(onnx_path)
     yield {'model_dir': tiny_trained_run, 'export_dir': export_dir, 'onnx': onnx_path,
            'predictor': predictor}

@@ -22,17 +22,12 @@ CATEGORY_IDS = {3, 17, 42, 90}  # The synthetic data's label map.
 
 
 @pytest.fixture(scope='module')
-def exported(tiny_trained_run, tmp_path_factory):
+def exported(tiny_trained_run, tiny_export):
     """Two training steps of the tiny model, exported in every TFLite format (int8
-    calibrated on the training TFRecords flags.json names: the default)."""
-    model_dir = tiny_trained_run
-    export_dir = str(tmp_path_factory.mktemp('tflite_export') / 'export')
-    result = run_python(['inference.py', 'export', '--model_dir=%s' % model_dir,
-                         '--export_dir=%s' % export_dir, '--calibration_count=4',
-                         '--formats=saved_model,tflite_fp32,tflite_fp16,tflite_int8'])
-    assert result.returncode == 0, result.stdout[-5000:]
-    assert 'calibrating int8 on 4 images' in result.stdout
-    return {'model_dir': model_dir, 'export_dir': export_dir}
+    calibrated on the training TFRecords flags.json names: the default) beside the
+    SavedModel and the ONNX file."""
+    assert 'calibrating int8 on 4 images' in tiny_export['output']  # conftest.py: shared.
+    return {'model_dir': tiny_trained_run, 'export_dir': tiny_export['export_dir']}
 
 
 def _raw_outputs(predictor, image):

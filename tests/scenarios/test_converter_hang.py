@@ -10,10 +10,10 @@ import pytest
 from cli_runs import assert_one_line_error, run_python
 from efficientdet_hpu.datatools import synthetic_coco
 
-# Round N truncates image N % 12 of 12, so 24 rounds put the failure at each place twice (its
+# Round N truncates image N % 12 of 12, so 12 rounds put the failure at each place once (its
 # shard, its moment). Each round spawns two workers that import TensorFlow: about 3.3 s on a
-# free 2-core machine, 8 on a busy one (CONVERTER_ERROR_ROUNDS=N for another count).
-ROUNDS = int(os.environ.get('CONVERTER_ERROR_ROUNDS', 24))
+# free 2-core machine, 8 on a busy one (CONVERTER_ERROR_ROUNDS=N for more).
+ROUNDS = int(os.environ.get('CONVERTER_ERROR_ROUNDS', 12))
 
 
 @pytest.mark.slow

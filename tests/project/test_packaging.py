@@ -26,11 +26,11 @@ def wheel(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp('wheel')
     source = tmp_path / 'src'
     everywhere = shutil.ignore_patterns('*.egg-info', '__pycache__')
-    at_root = {'.venv', '.git', 'data', 'runs', 'build', '.pytest_cache', 'tests', 'docs'}
+    at_root = {'.git', 'data', 'runs', 'build', '.pytest_cache', 'tests', 'docs'}
 
     def ignore(directory, names):  # The root's run folders, not efficientdet_hpu/data.
         skipped = set()
-        if os.path.samefile(directory, REPO):  # .venv, .venv310 (.ci/run) and the like too.
+        if os.path.samefile(directory, REPO):  # And .venv, .venv310 (.ci/run), ...
             skipped = {name for name in names if name in at_root or name.startswith('.venv')}
         return skipped | everywhere(directory, names)
 

@@ -7,8 +7,7 @@ import ast
 import os
 
 from cli_runs import REPO
-
-PACKAGE = 'efficientdet_hpu'
+from test_layout import PACKAGE, ROOT_PACKAGES
 # module -> names that module gained in 3.11 (What's New in Python 3.11).
 NEW_IN_311 = {
     'asyncio': {'TaskGroup', 'timeout', 'timeout_at', 'Runner', 'Barrier'},
@@ -28,9 +27,10 @@ NEW_BUILTINS = {'ExceptionGroup', 'BaseExceptionGroup', 'EncodingWarning'}
 
 
 def _sources():
-    """Every Python file that runs outside tests: the package, the entry points, tools/."""
+    """Every Python file that runs outside tests: the package, the entry points (the root's
+    files and thin packages), tools/."""
     paths = [os.path.join(REPO, name) for name in os.listdir(REPO) if name.endswith('.py')]
-    for root in (os.path.join(REPO, PACKAGE), os.path.join(REPO, 'tools')):
+    for root in [os.path.join(REPO, name) for name in (PACKAGE, 'tools', *sorted(ROOT_PACKAGES))]:
         for directory, subdirectories, names in os.walk(root):
             subdirectories[:] = [name for name in subdirectories if name != '__pycache__']
             paths += [os.path.join(directory, name) for name in names if name.endswith('.py')]

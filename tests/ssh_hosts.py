@@ -74,14 +74,16 @@ def _script(*args):
 
 @pytest.fixture(scope='session')
 def ssh_hosts(tmp_path_factory):
-    """SECOND_HOST and BARE_HOST running for the session, stopped at its end."""
+    """SECOND_HOST and BARE_HOST running for the session, stopped at its end, or by their
+    watchers when this process ends without its clean-up (a SIGTERM or SIGKILL to pytest)."""
     root = tmp_path_factory.mktemp('ssh_hosts')
     port = free_port([SECOND_HOST, BARE_HOST])
     boxes = {SECOND_HOST: (root / 'second', ()), BARE_HOST: (root / 'bare', ('--hide', hidden_path()))}
     started = []
     try:
         for address, (directory, extra) in boxes.items():
-            _script('start', directory, '--address', address, '--port', port, *extra)
+            _script('start', directory, '--address', address, '--port', port,
+                    '--stop-with', os.getpid(), *extra)
             started.append(directory)
         yield SshHosts(port, tuple(str(directory / 'id_ed25519') for directory, _ in boxes.values()),
                        hidden_path(), {address: str(directory / 'sshd.log')

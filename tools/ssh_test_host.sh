@@ -2,6 +2,7 @@
 # A second "host" on this machine for multi-box tests: an sshd of its own on a loopback address.
 #
 #   tools/ssh_test_host.sh start DIR [--address 127.0.0.2] [--port 2222] [--hide PATH]...
+#                          [--stop-with PID]
 #   tools/ssh_test_host.sh stop DIR
 #
 # start: installs openssh-server from Debian when sshd is missing; makes in DIR a client key
@@ -10,7 +11,9 @@
 # with that key runs `true` there. --hide PATH (repeatable) runs that sshd in a mount namespace
 # of its own with an empty tmpfs over PATH: a host on which PATH does not exist (a box without
 # the project or its venv at the same path). Idempotent: an sshd already running from DIR with
-# the same settings is kept; with other settings it is restarted.
+# the same settings is kept; with other settings it is restarted. --stop-with PID: a watcher
+# stops that sshd once process PID has ended, however it ended (a test session killed outright
+# runs no clean-up, and the daemonized sshd is in no process group of the session's).
 # stop: stops the sshd started from DIR (its ssh sessions end with it) and removes nothing.
 #
 # Connect with: ssh -p PORT -i DIR/id_ed25519 -o BatchMode=yes -o StrictHostKeyChecking=no
@@ -126,14 +129,24 @@ start_sshd() {
   say "started sshd (pid $(sshd_pid)) on $ADDRESS:$PORT${HIDE:+ hiding ${HIDE[*]}}, log $DIR/sshd.log"
 }
 
+stop_with() {  # a watcher that stops the sshd of $DIR when process $STOP_WITH has ended
+  local pid
+  [ -n "$STOP_WITH" ] && pid="$(sshd_pid)" || return 0
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done
+                  kill "$2" 2>/dev/null; exit 0' ssh-test-host-watch "$STOP_WITH" "$pid" \
+    </dev/null >/dev/null 2>&1 &
+  say "sshd (pid $pid) stops when process $STOP_WITH ends"
+}
+
 [ $# -ge 2 ] || usage
 ACTION="$1"; DIR="$2"; shift 2
-ADDRESS=127.0.0.2; PORT=2222; HIDE=()
+ADDRESS=127.0.0.2; PORT=2222; HIDE=(); STOP_WITH=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --address) ADDRESS="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
     --hide) HIDE+=("$2"); shift 2 ;;
+    --stop-with) STOP_WITH="$2"; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -143,6 +156,8 @@ DIR="$(cd "$DIR" && pwd)"
 case "$ACTION" in
   stop) stop_sshd ;;
   start)
+    [ -z "$STOP_WITH" ] || kill -0 "$STOP_WITH" 2>/dev/null \
+      || die "--stop-with $STOP_WITH: no such process (the sshd would never be stopped)"
     install_sshd
     mkdir -p /run/sshd  # sshd's privilege separation directory
     make_keys
@@ -158,6 +173,7 @@ case "$ACTION" in
       say "wrote $DIR/sshd_config"
       start_sshd
     fi
+    stop_with
     say "connect: ssh -p $PORT -i $DIR/id_ed25519 -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null $ADDRESS"
     ;;
   *) usage ;;

@@ -345,23 +345,25 @@ def before_training(runner, plan, deadline, step, spent):
     return corrected
 
 
-def before_search(candidate, seconds_left, load):
-    """A search candidate's plan with the evaluations that fit `seconds_left` once the search's
-    other runs are spent, at the table's rate over the stages' ratio `load` (as before_training
-    sets the winner's; the search's cost holds the continuation's start-up). Returns (plan, why)
-    or (candidate, None) where that is within TOLERANCE. The winner then goes on under the
-    warm-up its rung trained under: a random start begun under a longer run's warm-up, its
-    steps cut after the search, stayed far behind (docs/dev/history.md)."""
-    parts = dict(candidate.seconds)
+def before_search(candidate, seconds_left, load, search_seconds):
+    """A search candidate's plan with the evaluations that fit `seconds_left` once
+    `search_seconds` (the estimate of the search's other runs and the continuation's start-up;
+    0 for the last candidate, fitted as it starts) are spent, at the table's rate over the
+    stages' ratio `load` (as before_training sets the winner's). Returns (plan, why) or
+    (candidate, None) where that is within TOLERANCE. The winner then goes on under the warm-up
+    its rung trained under: a random start begun under a longer run's warm-up, its steps cut
+    after the search, stayed far behind (docs/dev/history.md)."""
     rate = candidate.images_per_second / load
-    evaluations = corrected_evaluations(candidate, seconds_left - parts.get('search', 0.0) * load,
-                                        0, rate, candidate.startup_seconds * load, load)
+    evaluations = corrected_evaluations(candidate, seconds_left - search_seconds * load, 0, rate,
+                                        candidate.startup_seconds * load, load)
     if not worth_changing(candidate, evaluations):
         return candidate, None
-    why = ('fitted before the search to the %.1f min left, less the search\'s %.1f, at %.1f '
-           'images/s (the table\'s %.1f over the stages\' ratio %.2f)' % (
-               seconds_left / 60.0, parts.get('search', 0.0) * load / 60.0, rate,
-               candidate.images_per_second, load))
+    when = ('before the search to the %.1f min left, less the search\'s %.1f' % (
+        seconds_left / 60.0, search_seconds * load / 60.0) if search_seconds else
+            'as it starts to the %.1f min left, the search\'s other runs done' % (
+                seconds_left / 60.0))
+    why = 'fitted %s, at %.1f images/s (the table\'s %.1f over the stages\' ratio %.2f)' % (
+        when, rate, candidate.images_per_second, load)
     return with_evaluations(dataclasses.replace(candidate, images_per_second=rate),
                             evaluations, why), why
 

@@ -61,14 +61,27 @@ def describe(found) -> str:
     return '; '.join('%s: was %r, now %r' % item for item in found)
 
 
-def trained_step(layout):
-    """The step of model/'s newest checkpoint (its `checkpoint` index), or None."""
+def latest_step(model_dir):
+    """The step of model_dir's newest checkpoint (its `checkpoint` index), or None."""
     try:
-        with open(os.path.join(layout.model_dir, 'checkpoint')) as stream:
+        with open(os.path.join(model_dir, 'checkpoint')) as stream:
             found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"', stream.read())
     except OSError:
         return None
     return int(found.group(1)) if found else None
+
+
+def search_undecided(layout) -> bool:
+    """True while a search is under way (finetune/search.py): its candidates written, no
+    search.json yet. model/ then holds the last candidate's training, if any, not the run's: a
+    rerun searches again."""
+    return (os.path.isdir(layout.path('candidates'))
+            and not os.path.exists(layout.path('search.json')))
+
+
+def trained_step(layout):
+    """The step of the run's newest checkpoint in model/, or None (none, or a search's)."""
+    return None if search_undecided(layout) else latest_step(layout.model_dir)
 
 
 def command_line(request, output_dir) -> str:

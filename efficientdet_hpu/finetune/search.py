@@ -16,9 +16,16 @@ own's; else a tie goes to the plan's own choice, the first candidate.
 Candidates differ in input size or, beside an ImageNet backbone, start from random weights
 (plan.candidate_name: '192px', '192px-random').
 
+With one rung (two or three candidates, as the plan makes them) the last candidate is trained
+as the run's training itself (Last, stages.training_stage), in output_dir/model: at its rung it
+is ranked with the others, and when it wins it goes on in the same process, saving a resumed
+run's start-up (its steps were fitted without one); when it loses it stops there and the
+winner resumes.
+
 Files: candidates/<name>/{plan.yaml, plan.json, model/} (written with the plan), search.json
 (what was tried, each one's score, the winner and why) once the search is over; the winner's
-model/ then becomes output_dir/model and its plan the plan.
+model/ then becomes output_dir/model and its plan the plan. While candidates/ exists without
+search.json the search is undecided (rerun.search_undecided): a rerun searches again.
 """
 import dataclasses
 import json
@@ -31,6 +38,7 @@ from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import rerun
 
 GRACE_SECONDS = 900
 MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
@@ -125,35 +133,51 @@ def rung_loss(model_dir, step):
 class _Candidates:
     """Runs candidates to their rungs; remembers each one's score, step and minutes."""
 
-    def __init__(self, runner, named, deadline):
-        self.runner, self.deadline = runner, deadline
+    def __init__(self, runner, named, deadline, in_place=None):
+        self.runner, self.deadline, self.in_place = runner, deadline, in_place
         self.plans = dict(named)
         self.results = {}
 
     def model_dir(self, name):
+        """candidates/<name>/model; the run's model/ for the one trained in place (Last)."""
+        if name == self.in_place:
+            return self.runner.layout.model_dir
         return os.path.join(candidate_dir(self.runner.layout, name), 'model')
 
-    def score(self, name, rung):
+    def rung_step(self, name, rung=0):
         plan = self.plans[name]
-        step = min(plan.steps, (rung + 1) * plan.eval_interval)
-        model_dir = self.model_dir(name)
-        final = dict(plan.seconds)['whole photos + export']
+        return min(plan.steps, (rung + 1) * plan.eval_interval)
+
+    def args(self, name):
+        """main.py's flags for the candidate: its recipe, its model_dir, and a log record every
+        tenth of its evaluation interval (the rung's training loss)."""
+        return ['--hparams=' + os.path.join(candidate_dir(self.runner.layout, name), 'plan.yaml'),
+                '--model_dir=' + self.model_dir(name), '--log_every_n_steps=%d' % max(
+                    1, self.plans[name].eval_interval // RUNG_LOG_RECORDS)]
+
+    def announce(self, name, rung=0, more=''):
+        self.runner.say('  %s: training to step %d (its evaluation %d of %d)%s' % (
+            name, self.rung_step(name, rung), rung + 1, self.plans[name].evaluations, more))
+
+    def score(self, name, rung):
+        step, model_dir = self.rung_step(name, rung), self.model_dir(name)
+        final = dict(self.plans[name].seconds)['whole photos + export']
         stop_after = (None if self.deadline is None else
                       max(MIN_RUN_SECONDS, self.deadline - time.time() - final))
         started = time.monotonic()
-        self.runner.say('  %s: training to step %d (its evaluation %d of %d)' % (
-            name, step, rung + 1, plan.evaluations))
+        self.announce(name, rung)
         self.runner.command(
-            'search-' + name, 'train', ['--hparams=' + os.path.join(
-                candidate_dir(self.runner.layout, name), 'plan.yaml'),
-                '--model_dir=' + model_dir, '--log_every_n_steps=%d' % max(
-                    1, plan.eval_interval // RUNG_LOG_RECORDS)],
-            (stop_after or 3 * 3600.0) + GRACE_SECONDS,
+            'search-' + name, 'train', self.args(name), (stop_after or 3 * 3600.0) + GRACE_SECONDS,
             stop_after=stop_after,
             stop_when=lambda line: evaluation_score(model_dir, step) is not None)
+        return self.record(name, step, (time.monotonic() - started) / 60.0)
+
+    def record(self, name, step, minutes):
+        """Keeps and says the candidate's score at `step` (its AP50, -1 without an evaluation)
+        after `minutes` of training to it; returns the AP50."""
+        plan, model_dir = self.plans[name], self.model_dir(name)
         found = evaluation_score(model_dir, step)
         ap50 = found[0] if found and found[0] is not None else -1.0
-        minutes = (time.monotonic() - started) / 60.0
         self.results[name] = {'name': name, 'image_size': plan.image_size,
                               'weights': plan.weights.kind or 'random', 'step': step,
                               'of_steps': plan.steps, 'AP50': ap50,
@@ -218,14 +242,17 @@ def skipped_line(plan, left, load):
                share / plan_lib.SEARCH_MAX_SHARE, plan.candidates[0]))
 
 
-def _fitted(runner, named, left, load):
-    """The candidates' steps fitted to the time `left` before their rungs (budget.before_search),
-    their plan.yaml and plan.json rewritten; a value --hparams set stays."""
+def _fitted(runner, named, left, load, last=False):
+    """The candidates' steps fitted to the time `left` (budget.before_search): before the
+    search, less its cost; `last`, the last candidate's as it starts, the others' runs done
+    (it goes on without a restart when it wins). Their plan.yaml and plan.json rewritten; a
+    value --hparams set stays."""
     fitted = []
     for name, candidate in named:
         directory = candidate_dir(runner.layout, name)
         recipe = os.path.join(directory, 'plan.yaml')
-        now, why = budget.before_search(candidate, left, load)
+        now, why = budget.before_search(candidate, left, load, 0.0 if last else dict(
+            candidate.seconds).get('search', 0.0))
         if why and plan_file.planned_evaluations(recipe) == candidate.evaluations:
             runner.say('  %s: %d steps instead of %d: %s' % (name, now.steps, candidate.steps,
                                                              why))
@@ -236,13 +263,16 @@ def _fitted(runner, named, left, load):
 
 
 def search_stage(runner, plan, deadline, from_record, spent):
-    """Runs the search when the plan has candidates and none has run; returns the plan to
-    train (the winner's), with plan.yaml, plan.json and model/ the winner's. from_record:
-    plan.json's dict -> Plan; spent: the seconds the stages before took."""
+    """Runs the search when the plan has candidates and none has run. Returns (plan, last): the
+    plan to train, with plan.yaml, plan.json and model/ the winner's, and None; or, with one
+    rung, the last candidate's plan and a Last, which stages.training_stage trains as the
+    run's training until its rung decides. from_record: plan.json's dict -> Plan; spent: the
+    seconds the stages before took."""
     layout = runner.layout
     record_path = layout.path('search.json')
     if not plan.candidates or os.path.exists(record_path):
-        return plan
+        shutil.rmtree(layout.path('candidates'), ignore_errors=True)
+        return plan, None
     left = None if deadline is None else deadline - time.time()
     load = budget.stages_load(plan, spent)
     line = skipped_line(plan, left, load)
@@ -254,20 +284,37 @@ def search_stage(runner, plan, deadline, from_record, spent):
         atomic_file.write_json_atomically(record_path, {'tried': [], 'winner':
                                                         plan.candidates[0], 'line': line})
         shutil.rmtree(layout.path('candidates'), ignore_errors=True)
-        return kept
+        return kept, None
     named = []
     for name in plan.candidates:
         with open(os.path.join(candidate_dir(layout, name), 'plan.json')) as stream:
             named.append((name, from_record(json.load(stream))))
+    rungs = rungs_for(len(named))
+    last = named[-1][0] if rungs == 1 else None
     if left is not None:
-        named = _fitted(runner, named, left, load)
+        now = named[:-1] if last else named  # The last is fitted as it starts.
+        named = _fitted(runner, now, left, load) + named[len(now):]
     runner.say('  search: %s, each trained to its evaluation and compared by AP50; the better '
                'half goes on at each rung' % ' and '.join(plan.candidates))
-    candidates = _Candidates(runner, named, deadline)
+    candidates = _Candidates(runner, named, deadline, in_place=last)
     for name in candidates.plans:  # A search cut short earlier starts again.
         shutil.rmtree(candidates.model_dir(name), ignore_errors=True)
-    winner, _ = successive_halving(list(candidates.plans), candidates.score,
-                                   rungs_for(len(named)), candidates.loss)
+    if last is None:
+        winner, _ = successive_halving(list(candidates.plans), candidates.score, rungs,
+                                       candidates.loss)
+        return _decided(runner, plan, candidates, winner), None
+    for name, _ in named[:-1]:
+        candidates.score(name, 0)
+    if deadline is not None:
+        candidates.plans.update(_fitted(runner, named[-1:], deadline - time.time(), load, True))
+    return candidates.plans[last], Last(runner, plan, candidates, deadline, spent)
+
+
+def _decided(runner, plan, candidates, winner):
+    """The search's end: the result line said; the winner's model/ (moved unless trained in
+    place), plan.yaml with the line, plan.json and search.json written; the candidates' files
+    removed but the one still training in place's plan.yaml. Returns the winner's plan."""
+    layout = runner.layout
     results = [candidates.results[name] for name in candidates.plans]
     line = result_line(results, winner)
     runner.say('  ' + line)
@@ -275,13 +322,79 @@ def search_stage(runner, plan, deadline, from_record, spent):
     chosen = dataclasses.replace(chosen, candidates=plan.candidates, reasons=tuple(
         (topic, line if topic == 'search' else text) for topic, text in chosen.reasons))
     source = candidate_dir(layout, winner)
-    shutil.rmtree(layout.model_dir, ignore_errors=True)
-    os.rename(candidates.model_dir(winner), layout.model_dir)
+    if winner != candidates.in_place:
+        shutil.rmtree(layout.model_dir, ignore_errors=True)
+        os.rename(candidates.model_dir(winner), layout.model_dir)
     shutil.copyfile(os.path.join(source, 'plan.yaml'), layout.plan_yaml)
     plan_file.set_evaluations(layout.plan_yaml, chosen.evaluations, [line])
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(chosen))
-    atomic_file.write_json_atomically(record_path, {'tried': results, 'winner': winner,
-                                                    'line': line})
-    shutil.rmtree(layout.path('candidates'), ignore_errors=True)
+    atomic_file.write_json_atomically(layout.path('search.json'), {
+        'tried': results, 'winner': winner, 'line': line})
+    if winner == candidates.in_place:  # Its recipe is main.py's until that run ends.
+        for name in candidates.plans:
+            if name != winner:
+                shutil.rmtree(candidate_dir(layout, name), ignore_errors=True)
+    else:
+        shutil.rmtree(layout.path('candidates'), ignore_errors=True)
     return chosen
 
+
+class Last:
+    """The search's last candidate (one rung) trained as the run's training (stages.
+    training_stage): main.py with its recipe in model/ from its first step. At its rung it is
+    ranked with the others, scored before it; the winner goes on in the same process, which
+    saves the start-up of a resumed run. A loser is stopped there (the stop_when answers True)
+    and install() puts the winner's model/ and plan in place, which then resume as after any
+    search."""
+
+    def __init__(self, runner, plan, candidates, deadline, spent):
+        self.runner, self.plan, self.candidates = runner, plan, candidates
+        self.deadline, self.spent = deadline, spent
+        self.name = candidates.in_place
+        self.step = candidates.rung_step(self.name)
+        self.started = None
+        self.winner = self.chosen = None
+
+    def args(self):
+        """main.py's flags; says what it trains to."""
+        self.candidates.announce(self.name, more=', as the training itself: the winner goes '
+                                 'on from there without a restart')
+        self.started = time.monotonic()
+        return self.candidates.args(self.name)
+
+    def stop_when(self, then=None):
+        """runner.command's stop_when: until the rung's evaluation is written, watches for it
+        and decides there (True: this candidate lost, stop); after a win, `then` (the training's
+        RateProbe)."""
+        def on_line(line):
+            if self.winner is not None:
+                return bool(then and then(line))
+            if evaluation_score(self.candidates.model_dir(self.name), self.step) is None:
+                return False
+            return self.decide() != self.name
+        return on_line
+
+    def decide(self):
+        """Scores this candidate at its rung (-1: none reached) and ranks all; the winner's
+        files are written when it is this one. Returns the winner."""
+        if self.winner is None:
+            self.candidates.record(self.name, self.step,
+                                   (time.monotonic() - (self.started or time.monotonic())) / 60.0)
+            results = self.candidates.results
+            self.winner, _ = successive_halving(
+                list(self.candidates.plans), lambda name, rung: results[name]['AP50'], 1,
+                self.candidates.loss)
+            if self.winner == self.name:
+                self.chosen = _decided(self.runner, self.plan, self.candidates, self.winner)
+        return self.winner
+
+    def lost(self) -> bool:
+        return self.decide() != self.name
+
+    def install(self):
+        """After a loss: the winner's model/ and plan in place, its steps fitted to the time
+        left at its measured rate (budget.before_training). Returns its plan."""
+        chosen = _decided(self.runner, self.plan, self.candidates, self.winner)
+        return budget.before_training(self.runner, chosen, self.deadline,
+                                      rerun.latest_step(self.runner.layout.model_dir),
+                                      self.spent)

@@ -14,7 +14,6 @@ training.json it evaluates and exports again; before it main.py resumes from mod
 """
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -26,6 +25,7 @@ from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import report
+from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
@@ -91,16 +91,6 @@ def _in_the_input(message, json_path, source):
                                       'command: the changed folder is read again' % source)
 
 
-def latest_step(model_dir):
-    """The step of model_dir's newest checkpoint (its `checkpoint` index), or None."""
-    try:
-        with open(os.path.join(model_dir, 'checkpoint')) as stream:
-            found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"', stream.read())
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
-
-
 def training_record(model_dir, stopped, minutes):
     """training.json: how training ended, its step, its measured images/s, the best."""
     log = budget.training_log(model_dir)
@@ -108,12 +98,14 @@ def training_record(model_dir, stopped, minutes):
     early = any(r.get('event') == 'early_stop' for r in log)
     return {'ended': 'stopped at the time budget' if stopped else
             'early stop' if early else 'completed',
-            'step': latest_step(model_dir), 'minutes': round(minutes, 1),
+            'step': rerun.latest_step(model_dir), 'minutes': round(minutes, 1),
             'images_per_second': None if rate is None else round(rate, 2)}
 
 
-def training_stage(runner, plan, deadline):
-    """[4/6]: main.py with plan.yaml, its log shown; training.json when it ends."""
+def training_stage(runner, plan, deadline, last=None):
+    """[4/6]: main.py with plan.yaml, its log shown; training.json when it ends. `last`: the
+    search's last candidate (search.Last), trained first as this run until its rung decides;
+    when it lost there, the winner resumes."""
     layout = runner.layout
     if os.path.exists(layout.training_json):
         with open(layout.training_json) as stream:
@@ -126,14 +118,22 @@ def training_stage(runner, plan, deadline):
     args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + (
         ['--verbose'] if runner.verbose else [])
     probe = (None if deadline is None else
-             budget.RateProbe(plan, layout.model_dir, deadline, latest_step(layout.model_dir),
-                              say=runner.say))
+             budget.RateProbe(plan, layout.model_dir, deadline,
+                              rerun.latest_step(layout.model_dir), say=runner.say))
     stop_after = (None if deadline is None
                   else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS))
     timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None
                else 3 * planned + 3600) + GRACE_SECONDS
-    _, stopped = runner.command('train', 'train', args, timeout, echo=True,
-                                stop_after=stop_after, stop_when=probe)
+    first_args, stop_when = args, probe
+    if last is not None:
+        first_args, stop_when = last.args() + args[2:], last.stop_when(probe)
+    _, stopped = runner.command('train', 'train', first_args, timeout, echo=True,
+                                stop_after=stop_after, stop_when=stop_when)
+    if last is not None:
+        if last.lost():  # Stopped at its rung (or before): the winner goes on.
+            return training_stage(runner, last.install(), deadline)
+        plan = last.chosen
+        shutil.rmtree(layout.path('candidates'), ignore_errors=True)
     if probe is not None and probe.decision is not None:
         plan = budget.after_probe(runner, plan, probe.decision)
         if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.
@@ -161,8 +161,11 @@ def explain_stop(runner, stop, dry_run):
     if dry_run:
         stop.kept = 'a dry run writes nothing'
     elif name == 'training':
-        step = latest_step(runner.layout.model_dir)
-        if step is None:
+        step = rerun.latest_step(runner.layout.model_dir)
+        if rerun.search_undecided(runner.layout):
+            stop.where, stop.kept = 'the search (stage %d/%d), before its verdict' % (
+                number, STAGES), 'rerun the same command to search again'
+        elif step is None:
             stop.where, stop.kept = 'training, before its first checkpoint', (
                 'rerun the same command to start training')
         else:
@@ -178,7 +181,7 @@ def best_checkpoint(model_dir):
     if os.path.exists(os.path.join(best, 'best_eval.json')):
         with open(os.path.join(best, 'best_eval.json')) as stream:
             return best, json.load(stream)['step']
-    return None, latest_step(model_dir)
+    return None, rerun.latest_step(model_dir)
 
 
 def _tile_flags(plan):
@@ -289,9 +292,11 @@ def _run(runner, options, after_plan=None):
     _stage(runner, 4, 'training: %d steps of %d images' % (plan.steps, plan.global_batch),
            _remaining(plan, 'start-up'), deadline)
     spent = runner.elapsed()  # The stages before training, measured.
-    plan = search.search_stage(runner, plan, deadline, prepare.plan_from_record, spent)
-    plan = budget.before_training(runner, plan, deadline, latest_step(layout.model_dir), spent)
-    training = training_stage(runner, plan, deadline)
+    plan, last = search.search_stage(runner, plan, deadline, prepare.plan_from_record, spent)
+    if last is None:
+        plan = budget.before_training(runner, plan, deadline,
+                                      rerun.latest_step(layout.model_dir), spent)
+    training = training_stage(runner, plan, deadline, last)
     with open(layout.plan_json) as stream:  # Its steps as training last corrected them.
         plan = prepare.plan_from_record(json.load(stream))
     summary = _finish(runner, plan, record, training, deadline)

@@ -4,6 +4,7 @@ cost table of its own, planted with EFFICIENTDET_FINETUNE_COSTS, whose figures m
 search; the run then measures its own."""
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -86,3 +87,15 @@ def test_a_search_tries_imagenet_and_random_weights_and_the_winner_goes_on(tmp_p
     # The winner went on from its checkpoint: training passed its search step.
     assert summary['steps_trained'] > winner['step']
     assert not os.path.exists(os.path.join(out, 'candidates'))
+    # The last candidate, the random start, was trained as the training itself, in model/:
+    # never a search run of its own; when it won, that first run went on past its rung.
+    with open(os.path.join(out, 'logs', 'train.log')) as stream:
+        runs = stream.read().split('\n$ ')
+    assert ('candidates/128px-random/plan.yaml' in runs[0].splitlines()[0]
+            and '--model_dir=%s ' % os.path.join(out, 'model') in runs[0].splitlines()[0] + ' ')
+    assert not os.path.exists(os.path.join(out, 'logs', 'search-128px-random.log'))
+    first_steps = [int(found) for found in re.findall(r' step (\d+)/\d+ loss', runs[0])]
+    if random:
+        assert max(first_steps) > winner['step']
+    else:
+        assert max(first_steps) <= tried['128px-random']['step'] + 5  # A log record on

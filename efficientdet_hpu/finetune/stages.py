@@ -115,8 +115,8 @@ def training_stage(runner, plan, deadline, last=None):
     final = dict(plan.seconds)['whole photos + export']
     planned = _remaining(plan, 'start-up') - final
     start = time.monotonic()
-    args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + (
-        ['--verbose'] if runner.verbose else [])
+    verbose = ['--verbose'] if runner.verbose else []
+    args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + verbose
     probe = (None if deadline is None else
              budget.RateProbe(plan, layout.model_dir, deadline,
                               rerun.latest_step(layout.model_dir), say=runner.say))
@@ -126,7 +126,7 @@ def training_stage(runner, plan, deadline, last=None):
                else 3 * planned + 3600) + GRACE_SECONDS
     first_args, stop_when = args, probe
     if last is not None:
-        first_args, stop_when = last.args() + args[2:], last.stop_when(probe)
+        first_args, stop_when = last.args() + verbose, last.stop_when(probe)
     _, stopped = runner.command('train', 'train', first_args, timeout, echo=True,
                                 stop_after=stop_after, stop_when=stop_when)
     if last is not None:

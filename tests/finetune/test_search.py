@@ -3,6 +3,7 @@ needs, the line that says what was tried and why the winner won."""
 import json
 import os
 
+from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import search
 
 
@@ -322,7 +323,7 @@ class _FakeMain:
         with open(os.path.join(os.path.dirname(flags['hparams']), 'plan.json')) as stream:
             plan = prepare.plan_from_record(json.load(stream))
         os.makedirs(os.path.join(model_dir, 'eval'), exist_ok=True)
-        start = (search.rerun.latest_step(model_dir) or 0) + 1
+        start = (rerun.latest_step(model_dir) or 0) + 1
         if start == 1:
             with open(os.path.join(model_dir, 'who'), 'w') as stream:
                 stream.write(os.path.basename(os.path.dirname(flags['hparams'])))
@@ -374,7 +375,7 @@ def test_the_last_candidate_that_wins_goes_on_in_the_same_run(tmp_path):
     runner, trained, last = _searched(tmp_path, {'backbone': 0.10, 'random': 0.30})
     assert [call[0] for call in runner.calls] == ['search-192px']
     assert last.name == '192px-random' and trained.weights.kind == ''
-    assert rerun_undecided(runner.layout)  # A stop now: the rerun searches again.
+    assert rerun.search_undecided(runner.layout)  # A stop now: the rerun searches again.
     record = stages.training_stage(runner, trained, None, last)
     assert [call[0] for call in runner.calls] == ['search-192px', 'train']
     assert runner.calls[1][1]['model_dir'] == runner.layout.model_dir
@@ -385,7 +386,8 @@ def test_the_last_candidate_that_wins_goes_on_in_the_same_run(tmp_path):
     assert [entry['AP50'] for entry in found['tried']] == [0.10, 0.30]
     assert '# search: ' + found['line'] in (tmp_path / 'plan.yaml').read_text()
     assert (tmp_path / 'model' / 'who').read_text() == '192px-random'
-    assert not os.path.exists(tmp_path / 'candidates') and not rerun_undecided(runner.layout)
+    assert not os.path.exists(tmp_path / 'candidates')
+    assert not rerun.search_undecided(runner.layout)
     assert any('as the training itself' in line for line in runner.said)
 
 
@@ -407,10 +409,6 @@ def test_the_last_candidate_that_loses_stops_at_its_rung_and_the_winner_resumes(
     assert not os.path.exists(tmp_path / 'candidates')
 
 
-def rerun_undecided(layout):
-    from efficientdet_hpu.finetune import rerun
-    return rerun.search_undecided(layout)
-
 
 def test_a_stop_before_the_verdict_says_the_rerun_searches_again(tmp_path):
     """model/ holds the last candidate's checkpoint while the search is undecided: the stop's
@@ -418,7 +416,6 @@ def test_a_stop_before_the_verdict_says_the_rerun_searches_again(tmp_path):
     trained; once search.json is written, it is the run's."""
     import signal
     from efficientdet_hpu.core import processes
-    from efficientdet_hpu.finetune import rerun
     from efficientdet_hpu.finetune import stages
     runner = _FakeMain(str(tmp_path), {})
     runner.stage = (4, 'training')

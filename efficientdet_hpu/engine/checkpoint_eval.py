@@ -267,9 +267,13 @@ def keep_best(model_dir, checkpoint, step, metrics):
     staging = best_dir + '.tmp-%d' % os.getpid()
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
-    for path in glob.glob(checkpoint + '.*'):
-        shutil.copy2(path, staging)
     name = os.path.basename(checkpoint)
+    if not _copy_whole(checkpoint, staging):
+        shutil.rmtree(staging, ignore_errors=True)
+        logging.warning('%s (AP %.4f) was removed by the training job (--keep_checkpoint_max) '
+                        'before it could be kept in %s; the best kept stays as it was',
+                        name, metrics['AP'], best_dir)
+        return False
     with open(os.path.join(staging, 'checkpoint'), 'w') as f:
         f.write('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n' % (name, name))
     with open(os.path.join(staging, 'best_eval.json'), 'w') as f:
@@ -282,6 +286,19 @@ def keep_best(model_dir, checkpoint, step, metrics):
     shutil.rmtree(retired, ignore_errors=True)
     logging.info('new best AP %.4f at step %d kept in %s', metrics['AP'], step, best_dir)
     return True
+
+
+def _copy_whole(checkpoint, directory):
+    """Copies the checkpoint's files into `directory`; False when any went meanwhile."""
+    try:
+        paths = glob.glob(checkpoint + '.*')
+        for path in paths:
+            shutil.copy2(path, directory)
+    except FileNotFoundError:
+        return False
+    names = [os.path.basename(p) for p in paths]
+    return (os.path.basename(checkpoint) + '.index' in names
+            and any('.data-' in n for n in names))
 
 
 def _latest_checkpoint(run):

@@ -110,6 +110,23 @@ def test_keep_best_replaces_only_a_lower_ap(trained, tmp_path):
     assert [name for name in os.listdir(model_dir) if name.startswith('best.')] == []
 
 
+def test_keep_best_leaves_the_kept_one_when_the_checkpoint_went(trained, tmp_path):
+    """A training job keeping few checkpoints may remove the one just evaluated: the best
+    kept stays whole and as it was, and nothing half-copied is left."""
+    model_dir = _copy(trained, tmp_path)
+    first, second = (os.path.join(model_dir, 'model.ckpt-%d' % step) for step in (2, 5))
+    assert evaluation.keep_best(model_dir, first, 2, {'AP': 0.3})
+    os.remove(second + '.data-00000-of-00001')  # The index alone: a checkpoint going.
+    with tiny_engine.log_lines() as logged:
+        assert not evaluation.keep_best(model_dir, second, 5, {'AP': 0.4})
+    assert any('model.ckpt-5 (AP 0.4000) was removed by the training job' in line
+               for line in logged)
+    assert tiny_engine.best_record(model_dir)['step'] == 2
+    assert sorted(os.listdir(os.path.join(model_dir, 'best'))) == [
+        'best_eval.json', 'checkpoint', 'model.ckpt-2.data-00000-of-00001', 'model.ckpt-2.index']
+    assert [name for name in os.listdir(model_dir) if name.startswith('best.')] == []
+
+
 def test_evaluate_continuously_stops_after_the_final_step(trained, val_pattern, tmp_path):
     """The JSON log says the training ran to step 5, the newest checkpoint: `--mode=eval`
     evaluates it and stops without waiting for --eval_timeout."""

@@ -130,11 +130,23 @@ start_sshd() {
 }
 
 stop_with() {  # a watcher that stops the sshd of $DIR when process $STOP_WITH has ended
-  local pid
+  local pid ready="$DIR/watcher.ready" deadline
   [ -n "$STOP_WITH" ] && pid="$(sshd_pid)" || return 0
-  setsid bash -c 'while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done
+  rm -f "$ready"
+  # A zombie has ended too. The watcher says it is ready once in a session of its own: until
+  # then, whoever runs this script and ends its session after (a test's runner) would kill it.
+  setsid bash -c 'running() { [ -r "/proc/$1/stat" ] && [ "$(sed "s/.*) //" "/proc/$1/stat" \
+                    | cut -d" " -f1)" != Z ]; }
+                  touch "$3"
+                  while running "$1" && running "$2"; do sleep 1; done
                   kill "$2" 2>/dev/null; exit 0' ssh-test-host-watch "$STOP_WITH" "$pid" \
-    </dev/null >/dev/null 2>&1 &
+    "$ready" </dev/null >/dev/null 2>&1 &
+  deadline=$((SECONDS + 15))
+  until [ -e "$ready" ]; do
+    [ "$SECONDS" -lt "$deadline" ] \
+      || { stop_sshd >/dev/null; die "the watcher of sshd (pid $pid) did not start"; }
+    sleep 0.1
+  done
   say "sshd (pid $pid) stops when process $STOP_WITH ends"
 }
 

@@ -40,6 +40,7 @@ TOLERANCE_RATE = 0.1
 PROBE_STEPS = 10  # The rate is read from log records at least this many steps in,
 PROBE_RECORDS = 3  # and this many of them past the freeze and the first evaluation.
 LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.
+FIT_SHARE = 0.5  # The share of an evaluation interval that must fit for it to be planned.
 
 
 def load_factor(measured_startup, planned_startup) -> float:
@@ -60,7 +61,9 @@ def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=
     on at `rate` training images/s, after a restart of `restart_seconds` (0: none), the
     remaining evaluations (`per_evaluation` seconds each when measured) and the whole-photo
     evaluation with the export (the plan's estimates times `load`); at least one more than
-    those done."""
+    those done. An interval counts when at least half of it fits (FIT_SHARE): the time-budget
+    stop then ends it early, cutting the cosine where its rate is near zero, where leaving it
+    out would leave up to a whole interval of the budget unused."""
     parts = dict(plan.seconds)
     final = parts['whole photos + export'] * load
     if per_evaluation is None:
@@ -72,7 +75,7 @@ def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=
     left_in_interval = (plan.eval_interval - step % plan.eval_interval) % plan.eval_interval
     spare -= left_in_interval * plan.global_batch / rate + (per_evaluation if left_in_interval
                                                             else 0.0)
-    more = int(math.floor(spare / per_interval)) if spare > 0 else 0
+    more = int(math.floor(spare / per_interval + 1.0 - FIT_SHARE)) if spare > 0 else 0
     return max(done + (1 if left_in_interval else 0) + more, done + 1, 1)
 
 

@@ -24,10 +24,12 @@ def plan():
 def test_a_faster_machine_gets_more_evaluations(plan):
     # 600 s left at step 100, 20 images/s, a restart of 30 s: 600 - 90.67 - 30 = 479.33 s.
     # The interval in progress (78 steps to 178) and its evaluation: 78 x 8 / 20 + 2.67 =
-    # 33.87 s; each further interval 89 x 8 / 20 + 2.67 = 38.27 s: 445.47 / 38.27 = 11.6, 11
-    # more. 1 done + 1 + 11 = 13 evaluations, 1157 steps.
-    assert budget.corrected_evaluations(plan, 600, 100, 20.0, 30) == 13
-    assert budget.worth_changing(plan, 13)
+    # 33.87 s; each further interval 89 x 8 / 20 + 2.67 = 38.27 s: 445.47 / 38.27 = 11.6, 12
+    # more (an interval at least half of which fits counts: the time-budget stop ends it).
+    # 1 done + 1 + 12 = 14 evaluations, 1246 steps.
+    assert budget.corrected_evaluations(plan, 600, 100, 20.0, 30) == 14
+    assert budget.worth_changing(plan, 14)
+    assert budget.corrected_evaluations(plan, 600 - 0.2 * 38.27, 100, 20.0, 30) == 13  # 11.4.
 
 
 def test_a_slower_machine_gets_fewer(plan):
@@ -40,8 +42,8 @@ def test_a_slower_machine_gets_fewer(plan):
 def test_a_busy_machine_scales_the_other_stages(plan):
     # Load 2: the final stages 181.33 s and each evaluation 5.33: 600 - 181.33 - 30 = 388.67;
     # the interval in progress 31.2 + 5.33 = 36.53; each further 35.6 + 5.33 = 40.93:
-    # 352.13 / 40.93 = 8.6: 1 + 1 + 8 = 10.
-    assert budget.corrected_evaluations(plan, 600, 100, 20.0, 30, load=2.0) == 10
+    # 352.13 / 40.93 = 8.6, 9 more: 1 + 1 + 9 = 11.
+    assert budget.corrected_evaluations(plan, 600, 100, 20.0, 30, load=2.0) == 11
     assert not budget.worth_changing(plan, 10)
     assert budget.load_factor(60, 30) == 2.0 and budget.load_factor(300, 30) == 3.0
     assert budget.load_factor(None, 30) == 1.0
@@ -98,16 +100,16 @@ def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_p
     # images/s (their median, 20, would count the 10 slow steps as much as the 50 others): 0.5
     # s a step. Start-up 42.5 - 25 x 0.5 = 30 s (the table's: load 1); the evaluation 87 -
     # 42.5 - 85 x 0.5 = 2 s. About 600 s left: 600 - 90.67 = 509.33 - (68 x 0.5 + 2) = 473.33
-    # s, 10 more intervals of 89 x 0.5 + 2 = 46.5 s: 12 evaluations fit; after the restart's
-    # 30 s, 443.33 / 46.5: 9 more, 11.
+    # s, 10.2 more intervals of 89 x 0.5 + 2 = 46.5 s: 12 evaluations fit; after the restart's
+    # 30 s, 443.33 / 46.5 = 9.5: 10 more (the time-budget stop ends the last), 12.
     assert probe('step 110/890 loss 1.0 ... 8.00 images/s ETA 0:00:10') is True
-    assert probe.decision == {'evaluations': 11, 'step': 110, 'rate': 16.0, 'startup': 30.0,
+    assert probe.decision == {'evaluations': 12, 'step': 110, 'rate': 16.0, 'startup': 30.0,
                               'evaluation': 2.0, 'load': 1.0, 'fit': 12, 'restart': True}
     assert probe('step 150/890 ... images/s') is False  # Decided once.
     # Said as it is decided (once), not when training ends.
     assert said == [budget.steps_line(plan, probe.decision)]
     assert ('measured at step 110: 16.0 training images/s (planned 10.0), start-up 30 s '
-            '(planned 30; the end estimated x1.00), an evaluation 2.0 s (planned 2.7): 979 '
+            '(planned 30; the end estimated x1.00), an evaluation 2.0 s (planned 2.7): 1068 '
             'steps instead of 890') in said[0]
     # An evaluation measured at 6 s (78 - 40 - 32) holds the first one's graph: the table's
     # 2.67 s caps it.
@@ -257,12 +259,12 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
 def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
     # The data stage took 72 s, twice the 36 planned: the start-up 60 s, the end 181.33, an
     # evaluation 5.33 and the rate the table's 10 images/s over 2, 5: 500 - 181.33 - 60 =
-    # 258.67 s; an interval 89 x 8 / 5 + 5.33 = 147.73 s: 1 of them (with the table's rate,
-    # 89 x 8 / 10 + 5.33 = 76.53 s, 3 would be planned).
+    # 258.67 s; an interval 89 x 8 / 5 + 5.33 = 147.73 s: 1.75, 2 of them (with the table's
+    # rate, 89 x 8 / 10 + 5.33 = 76.53 s, 3 would be planned).
     runner = _Runner(_written(plan, tmp_path), 72.0)
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
-    assert corrected.evaluations == 1 and corrected.images_per_second == 5.0
-    assert dict(corrected.seconds)['training'] == pytest.approx(89 * 8 / 5.0)  # At that rate.
+    assert corrected.evaluations == 2 and corrected.images_per_second == 5.0
+    assert dict(corrected.seconds)['training'] == pytest.approx(2 * 89 * 8 / 5.0)  # At that rate.
     assert ('2.0 times the estimate: the start-up, evaluations and export estimated as slow, '
             'the training rate as the table\'s 10.0 over 2.0') in runner.said[0]
 
@@ -270,14 +272,14 @@ def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
 def test_before_training_a_rate_measured_in_model_dir_is_not_scaled(plan, tmp_path):
     # A search's winner logged 8 images/s in model/: that rate is the machine's own, so the
     # stages' ratio of 2 scales the end (181.33 s) and start-up (60 s) but not it: 258.67 s
-    # over intervals of 89 x 8 / 8 + 5.33 = 94.33 s: 2 of them.
+    # over intervals of 89 x 8 / 8 + 5.33 = 94.33 s: 2.7, 3 of them.
     root = _written(plan, tmp_path)
     (root / 'model').mkdir()
     (root / 'model' / 'train_log.jsonl').write_text(json.dumps(
         {'event': 'train', 'time': 1.0, 'step': 20, 'images_per_sec': 8.0}) + '\n')
     runner = _Runner(root, 72.0)
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 72.0)
-    assert corrected.evaluations == 2 and corrected.images_per_second == 8.0
+    assert corrected.evaluations == 3 and corrected.images_per_second == 8.0
     assert 'at 8.0 images/s (measured)' in runner.said[0] and 'over 2.0' not in runner.said[0]
 
 

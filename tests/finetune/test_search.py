@@ -249,9 +249,10 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
     """SMALL_PHOTOS' candidates (2440 steps, intervals of 244, search 161 s, start-up 30 s,
     24 images/s) with the 1134 s left after the data stage: at the stages' ratio 1.0 the plan
     stands; at 1.5, 16 images/s and 1134 - 241.5 of search - 137.5 of end - 45 of start-up =
-    710 s hold 5 intervals of 122 + 5.5 s: 1220 steps, the random start's warm-up a quarter of
-    them (305 steps) from its first step, which its continuation keeps. The last candidate
-    is fitted as it starts instead, to the time then left with no search cost to keep."""
+    710 s hold 5.6 intervals of 122 + 5.5 s, 6 planned (the time-budget stop ends a last one
+    that half fits): 1464 steps, the random start's warm-up a quarter of them (366 steps) from
+    its first step, which its continuation keeps. The last candidate is fitted as it starts
+    instead, to the time then left with no search cost to keep."""
     import yaml
     from efficientdet_hpu.finetune import plan as plan_lib
     from efficientdet_hpu.finetune import plan_file
@@ -277,19 +278,19 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
     fitted = dict(search._fitted(runner, named, 1134.0, 1.5))
     random_start = fitted['192px-random']
     assert (random_start.steps, random_start.eval_interval, random_start.warmup_steps) == (
-        1220, 244, 305)
+        1464, 244, 366)
     recipe = yaml.safe_load((tmp_path / 'candidates' / '192px-random' / 'plan.yaml').read_text())
-    assert recipe['num_epochs'] == 5
-    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(305, 244)
+    assert recipe['num_epochs'] == 6
+    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(366, 244)
     with open(tmp_path / 'candidates' / '192px-random' / 'plan.json') as stream:
-        assert prepare.plan_from_record(json.load(stream)).steps == 1220
+        assert prepare.plan_from_record(json.load(stream)).steps == 1464
     assert runner.said[1] == (
-        "  192px-random: 1220 steps instead of 2440: fitted before the search to the 18.9 min "
+        "  192px-random: 1464 steps instead of 2440: fitted before the search to the 18.9 min "
         "left, less the search's 4.0, at 16.0 images/s (the table's 24.0 over the stages' "
         "ratio 1.50)")
     # Fitted as it starts instead, the others' runs done: 892.5 s left (1134 less the first's
-    # 241.5) hold the same 5 intervals with no search to keep; 1134 s would hold 7.
-    for left, steps in ((892.5, 1220), (1134.0, 1708)):
+    # 241.5) hold the same 6 intervals with no search to keep; 1134 s would hold 7 (7.46).
+    for left, steps in ((892.5, 1464), (1134.0, 1708)):
         search.write_candidates(Runner.layout, named, lambda chosen: yaml.safe_dump(
             plan_file.recipe(chosen, 'train-*', 'val-*', 'val.json')))
         assert dict(search._fitted(runner, named[1:], left, 1.5, last=True))[

@@ -65,10 +65,24 @@ def pytest_terminal_summary(terminalreporter, config):
             stream.write('%.2f\t%s\n' % (spent, nodeid))
 
 
+# A slow test (a real run: 30-400 s) against a quick one (about a second), for the order below.
+SLOW_WEIGHT = 100
+
+
 def pytest_collection_modifyitems(items):
+    """Marks the tests using a slow fixture slow; then orders the files by their slow tests,
+    most first (each file's own order kept): make test's workers take files in this order
+    (--dist loadfile --no-loadscope-reorder), and a file of one long run taken last would
+    leave the other worker idle for its length. xdist's own order, by the number of tests,
+    puts exactly those files last."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.slow)
+    weight, first = collections.Counter(), {}
+    for index, item in enumerate(items):
+        weight[item.path] += SLOW_WEIGHT if item.get_closest_marker('slow') else 1
+        first.setdefault(item.path, index)
+    items.sort(key=lambda item: (-weight[item.path], first[item.path]))
 
 
 @pytest.fixture(autouse=True)

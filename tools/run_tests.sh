@@ -2,8 +2,8 @@
 # `make test`: the suite in two parts, as steps of tools/stop_signals.sh (a stop reaches the
 # running pytest once, and the script ends with it):
 #  1. every test but those marked `alone`, on TEST_WORKERS processes (pytest-xdist, a test file
-#     per worker at a time), the 30 slowest named at the end, every test's time in
-#     runs/test-times.tsv;
+#     per worker at a time, the files with the most slow tests first: tests/conftest.py), the
+#     30 slowest named at the end, every test's time in runs/test-times.tsv;
 #  2. the tests marked `alone` (a run held to its time budget: a fine-tune of --max_minutes=4
 #     ends within 10% of it), one at a time with nothing else of the suite beside them, as the
 #     budget's estimates are of a machine running that command only (runs/test-times-alone.tsv).
@@ -16,8 +16,8 @@ STOP_KEPT='the tests that ended are reported above'
 source tools/stop_signals.sh
 status=0
 export TEST_TIMES_FILE=runs/test-times.tsv  # Read by tests/conftest.py.
-step "$PY" -m pytest -q -n "$TEST_WORKERS" --dist loadfile --durations=30 -m "not alone" "$@" \
-  tests || status=$?
+step "$PY" -m pytest -q -n "$TEST_WORKERS" --dist loadfile --no-loadscope-reorder \
+  --durations=30 -m "not alone" "$@" tests || status=$?
 export TEST_TIMES_FILE=runs/test-times-alone.tsv
 step "$PY" -m pytest -q -p no:xdist -m alone "$@" tests || status=$?
 exit "$status"

@@ -98,7 +98,7 @@ def test_make_test_runs_the_suite_then_the_tests_held_to_a_budget_alone(venv, tm
     assert process.returncode == 0, output
     commands = [args for _, args in _commands(venv[1])]
     assert commands == [
-        '-m pytest -q -n 2 --dist loadfile --durations=30 -m not alone tests',
+        '-m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30 -m not alone tests',
         '-m pytest -q -p no:xdist -m alone tests'], commands
 
 

@@ -289,16 +289,15 @@ def keep_best(model_dir, checkpoint, step, metrics):
 
 
 def _copy_whole(checkpoint, directory):
-    """Copies the checkpoint's files into `directory`; False when any went meanwhile."""
+    """Copies the checkpoint's files into `directory`; False when any went meanwhile (the
+    copy does not restore whole: checkpoint_integrity.damage)."""
     try:
-        paths = glob.glob(checkpoint + '.*')
-        for path in paths:
+        for path in glob.glob(checkpoint + '.*'):
             shutil.copy2(path, directory)
     except FileNotFoundError:
         return False
-    names = [os.path.basename(p) for p in paths]
-    return (os.path.basename(checkpoint) + '.index' in names
-            and any('.data-' in n for n in names))
+    copy = os.path.join(directory, os.path.basename(checkpoint))
+    return checkpoint_integrity.damage(copy) is None
 
 
 def _latest_checkpoint(run):

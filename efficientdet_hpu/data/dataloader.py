@@ -385,4 +385,10 @@ class InputReader:
         options.threading.max_intra_op_parallelism = 1
         options.experimental_optimization.map_parallelization = True
         options.experimental_optimization.parallel_batch = True
+        # No autotuning: in TensorFlow 2.15 an autotuned iterator's destruction waits for its
+        # tuning thread, which at times sleeps out its period (up to a minute) instead of
+        # waking; train_and_eval replaces its evaluation iterator at every evaluation and
+        # closes the training one at its end. AUTOTUNE then means min(16, cores) parallel
+        # calls, tf.data's default.
+        options.autotune.enabled = False
         return options

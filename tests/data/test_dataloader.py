@@ -93,6 +93,16 @@ def test_shapes_and_dtypes_per_level(random_records, is_training):
 
 
 @pytest.mark.parametrize('is_training', [True, False])
+def test_no_pipeline_is_autotuned(random_records, is_training):
+    """TensorFlow 2.15 destroys an autotuned iterator once its tuning thread wakes, which at
+    times takes that thread's whole period (20 s and more): train_and_eval replaces its
+    evaluation iterator at every evaluation and closes the training one at its end."""
+    params = tiny_params(batch_size=2, image_size='128x64')
+    dataset = dataloader.InputReader(random_records, is_training=is_training)(params)
+    assert dataset.options().autotune.enabled is False
+
+
+@pytest.mark.parametrize('is_training', [True, False])
 def test_box_equal_to_an_anchor_makes_it_positive_with_zero_code(tmp_path, is_training):
     spec = ImageSpec(1, 128, 128, boxes=[LEVEL4_ANCHOR_BOX], labels=[3])
     pattern = fixtures.write_shards(tmp_path, [spec])

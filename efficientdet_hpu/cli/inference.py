@@ -25,17 +25,10 @@ from absl import app, flags
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
-from efficientdet_hpu.serving import detector
-from efficientdet_hpu.serving import export
-from efficientdet_hpu.serving import model_spec
-from efficientdet_hpu.serving import onnx_export
-from efficientdet_hpu.serving import onnx_runner
-from efficientdet_hpu.evaluation import photo_eval
-from efficientdet_hpu.serving import predict
-from efficientdet_hpu.serving import tflite_export
-from efficientdet_hpu.serving import tflite_runner
-from efficientdet_hpu.serving import tiled_predict
-from efficientdet_hpu.engine import train_log
+from efficientdet_hpu.serving import formats as export_formats
+
+# The commands' modules import TensorFlow, seconds that --help does without: each command
+# imports them as it starts (pylint: import-outside-toplevel below).
 
 FLAGS = flags.FLAGS
 
@@ -51,11 +44,11 @@ def define_flags():
                         'TFRecords named in model_dir/flags.json).')
     flags.DEFINE_string('export_dir', None, 'export: SavedModel directory to write.')
     flags.DEFINE_string('formats', 'saved_model', 'export: comma list of %s.'
-                        % ', '.join(tflite_export.FORMATS))
+                        % ', '.join(export_formats.FORMATS))
     flags.DEFINE_string('calibration_file_pattern', None, 'export tflite_int8: TFRecords '
                         "(a glob) or a directory of images to calibrate on (default: the "
                         "training TFRecords named in model_dir/flags.json).")
-    flags.DEFINE_integer('calibration_count', tflite_export.DEFAULT_CALIBRATION_COUNT,
+    flags.DEFINE_integer('calibration_count', export_formats.DEFAULT_CALIBRATION_COUNT,
                          'export tflite_int8: calibrate on at most this many images.',
                          lower_bound=1)
     flags.DEFINE_string('saved_model', None, 'predict: use this SavedModel (else model_dir).')
@@ -83,18 +76,22 @@ def define_flags():
 
 
 def _require(*names):
+    from efficientdet_hpu.serving import model_spec  # pylint: disable=import-outside-toplevel
     missing = [name for name in names if not FLAGS[name].value]
     if missing:
         raise model_spec.InferenceError('missing %s' % ', '.join('--' + name for name in missing))
 
 
 def _spec_from_flags():
+    from efficientdet_hpu.serving import model_spec  # pylint: disable=import-outside-toplevel
     _require('model_dir')
     return model_spec.load_model_spec(FLAGS.model_dir, FLAGS.checkpoint, FLAGS.hparams,
                                       FLAGS.label_map)
 
 
 def run_export():
+    # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.serving import export, model_spec, onnx_export, tflite_export
     _require('model_dir', 'export_dir')
     formats = tflite_export.parse_formats(FLAGS.formats)
     spec = _spec_from_flags()
@@ -118,6 +115,9 @@ def run_export():
 def _predictor_and_names():
     """The predictor the flags name (--tflite, --onnx, --saved_model or --model_dir) and its
     {category_id: name}."""
+    # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.serving import (detector, model_spec, onnx_runner, predict,
+                                          tflite_runner)
     if FLAGS.tflite and FLAGS.onnx:
         raise model_spec.InferenceError('give --tflite=FILE or --onnx=FILE, not both')
     if FLAGS.onnx:
@@ -140,6 +140,10 @@ def _predictor_and_names():
 
 
 def run_predict():
+    # pylint: disable=import-outside-toplevel
+    from efficientdet_hpu.engine import train_log
+    from efficientdet_hpu.evaluation import photo_eval
+    from efficientdet_hpu.serving import model_spec, predict, tiled_predict
     _require('input', 'output_dir')
     if FLAGS.tile_size and not FLAGS.tile_overlap < FLAGS.tile_size:
         raise model_spec.InferenceError('--tile_overlap=%d must be smaller than --tile_size=%d'

@@ -15,9 +15,9 @@ time, and a missing package is an InferenceError naming the pip command.
 """
 from efficientdet_hpu.core import tf_env
 from efficientdet_hpu.serving import tflite_runner
+from efficientdet_hpu.serving.formats import ONNX_FILES  # noqa: F401  (this module's name too)
 from efficientdet_hpu.serving.model_spec import InferenceError
 
-ONNX_FILES = {'onnx_fp32': 'model_fp32.onnx'}
 OPSET = 17  # Supported by onnxruntime 1.20 and TensorRT 8.6+.
 PIP_COMMAND = 'pip install tf2onnx==1.17.0 onnx==1.17.0'
 

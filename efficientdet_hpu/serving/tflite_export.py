@@ -53,17 +53,13 @@ from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import onnx_export
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import tflite_runner
+from efficientdet_hpu.serving.formats import (  # noqa: F401  (this module's names too)
+    DEFAULT_CALIBRATION_COUNT, FORMATS, NETWORK_FILES, SAVED_MODEL, TFLITE_FILES)
 from efficientdet_hpu.serving.model_spec import InferenceError
 
 tf1 = tf.compat.v1
 
-SAVED_MODEL = 'saved_model'
-TFLITE_FILES = {'tflite_fp32': 'model_fp32.tflite', 'tflite_fp16': 'model_fp16.tflite',
-                'tflite_int8': 'model_int8.tflite'}
-NETWORK_FILES = dict(TFLITE_FILES, **onnx_export.ONNX_FILES)
-FORMATS = (SAVED_MODEL,) + tuple(NETWORK_FILES)
 POSTPROCESS_FILE = 'postprocess_fp32.tflite'  # Every network file's post-processing.
-DEFAULT_CALIBRATION_COUNT = 200
 
 
 def parse_formats(text, flag='--formats'):

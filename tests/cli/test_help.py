@@ -35,6 +35,7 @@ LAUNCHER = 'efficientdet_hpu.cli.demo_efficientdet'  # its own usage text, not a
 TRAINER = 'efficientdet_hpu.cli.main'  # the launcher hands it the flags it does not read
 # Modules whose --help imports no TensorFlow (checked below): their tests are not `slow`.
 QUICK = {TRAINER, LAUNCHER, 'efficientdet_hpu.cli.finetune', 'efficientdet_hpu.cli.bench',
+         'efficientdet_hpu.cli.inference',
          'efficientdet_hpu.datatools.synthetic_coco', 'efficientdet_hpu.datatools.voc_to_coco',
          'efficientdet_hpu.datatools.yolo_to_coco', 'efficientdet_hpu.benchmarks.profile_summary'}
 PRINCIPAL_TRAINING_FLAGS = ('mode', 'model_dir', 'model_name', 'train_batch_size', 'hparams',
@@ -253,7 +254,6 @@ def test_training_help_shows_its_principal_flags_with_their_help_in_groups(typed
     assert legacy < text.index('\n  --[no]use_tpu:') < text.index(ABSL_LAST_LINE)
 
 
-@pytest.mark.slow  # inference.py imports TensorFlow
 def test_inference_help_groups_the_flags_by_subcommand():
     _, text, _ = run_help('inference.py')
     common = text.index('\ninference.py:\n')

@@ -19,6 +19,7 @@ import tempfile
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import processes
+from efficientdet_hpu.serving import formats as export_formats
 
 # google/automl efficientdet (TF2) measured on this 2-core machine, for comparison.
 REFERENCE = {
@@ -31,7 +32,7 @@ class SuiteError(RuntimeError):
     """One of the suite's benchmark runs failed; the message names its command."""
 
 
-EXPORT_FORMATS = ('saved_model', 'tflite_fp32', 'tflite_fp16', 'tflite_int8', 'onnx_fp32')
+EXPORT_FORMATS = export_formats.FORMATS  # Every format inference.py exports.
 FULL = dict(train_steps=10, train_warmup=3, infer_steps=50, infer_warmup=5, input_images=300,
             input_batches=60, formats=EXPORT_FORMATS)
 QUICK = dict(train_steps=2, train_warmup=1, infer_steps=3, infer_warmup=1, input_images=12,

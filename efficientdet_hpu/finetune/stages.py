@@ -29,6 +29,7 @@ from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
+from efficientdet_hpu.serving import formats as export_formats
 
 STAGES = 6
 GRACE_SECONDS = 900  # After the budget's stop signal: the checkpoint, or an evaluation's end.
@@ -225,7 +226,8 @@ def export_stage(runner, checkpoint):
     try:
         runner.command('export-tflite', 'inference', common + ['--formats=tflite_fp32'] + chosen,
                        1800)
-        exported['tflite'] = os.path.join(layout.export, 'model_fp32.tflite')
+        exported['tflite'] = os.path.join(layout.export,
+                                         export_formats.TFLITE_FILES['tflite_fp32'])
     except (runner_lib.StageFailed, UserError) as error:
         exported['tflite_error'] = str(error)
     runner.say('  SavedModel %s; TFLite %s' % (layout.export, exported['tflite'] or

@@ -14,7 +14,8 @@ before it (tests/project/test_layout.py checks it, and that no modules import in
   backbone    EfficientNet
   network     BiFPN topology, EfficientDet
   checkpoints finding checkpoints, EMA restore, damaged checkpoints, warm starts
-  training    the Estimator model_fn and its step: accumulation, loss scaling, frozen variables
+  training    the Estimator model_fn and its step: accumulation, loss scaling, frozen variables,
+              an end moved while it trains (--steps_file)
   engine      the training engine: set-up, loops, hooks, evaluation of checkpoints, model_dir
               lock, training log, stop signals, bad records, the throughput benchmark mode
   serving     frozen detection graph, SavedModel/TFLite/ONNX export, prediction

@@ -79,7 +79,7 @@ def ema_update(variables, shadows, decay, num_updates):
     rate = min(decay, (1 + n) / (10 + n)); shadow -= (shadow - variable) * (1 - rate)."""
     with tf.name_scope(EMA_NAME):
         steps = tf.cast(num_updates, tf.float32)
-        rate = tf.minimum(tf.constant(decay, tf.float32), (1.0 + steps) / (10.0 + steps))
+        rate = tf.minimum(tf.cast(decay, tf.float32), (1.0 + steps) / (10.0 + steps))
         step_size = 1.0 - rate  # One op for all variables (TensorFlow's EMA makes one each).
         updates = [shadow.assign_sub((shadow - variable) * tf.cast(step_size, shadow.dtype))
                    for variable, shadow in zip(variables, shadows)]

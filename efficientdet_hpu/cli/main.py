@@ -89,6 +89,10 @@ def define_flags():
                       'records that cannot be read or decoded (named in the log, at the end of '
                       'the run and in train_log.jsonl). Off: a bad record stops the run with '
                       'its shard and index named.')
+    flags.DEFINE_string('steps_file', None, 'A JSON file another process may write while this '
+                        'run trains, {"total_steps": N, "moving_average_decay": D}: the run then '
+                        'ends at step N (fewer only), its cosine and moving average following, '
+                        'without a restart. efficientdet-finetune writes it; one process only.')
     flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines and deprecation notices, "
                       'and tracebacks with error messages.')
 

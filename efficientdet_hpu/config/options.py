@@ -47,6 +47,7 @@ class RunOptions:
     benchmark_warmup_steps: int
     profile_steps: str
     skip_bad_records: bool
+    steps_file: str  # None: none; training/steps_file.py.
     dump_all_ranks: bool
     verbose: bool
 

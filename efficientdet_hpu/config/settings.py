@@ -57,6 +57,7 @@ class RunFacts:
     model_dir: str = ''
     backbone_ckpt: str = ''
     ckpt: str = ''
+    steps_file: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,13 +94,15 @@ class Schedule:
 class Runtime:
     """compute_dtype: 'float32', 'bfloat16' or 'float16', what training computes in (the one
     precision field; evaluation and export compute in float32). backbone_ckpt, ckpt: warm
-    starts ('' for none), applied only while model_dir holds no checkpoint."""
+    starts ('' for none), applied only while model_dir holds no checkpoint. steps_file: the
+    file that may move the run's end while it trains ('' for none; training/steps_file.py)."""
     compute_dtype: str
     cross_rank_batch_norm: bool
     seed: Optional[int]
     model_dir: str
     backbone_ckpt: str
     ckpt: str
+    steps_file: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,12 +184,15 @@ def finalize(config, facts=RunFacts()):
     config.override(dict(gradient_accumulation_steps=batch.accumulation_steps,
                          mixed_precision=bool(config.mixed_precision or facts.use_amp)))
     hparams_config.validate(config)
+    if facts.steps_file and facts.ranks > 1:
+        raise SettingsError('--steps_file is for one process; this run has %d ranks (they would '
+                            'read it at different steps): leave it out' % facts.ranks)
     runtime = Runtime(
         compute_dtype=facts.half_dtype if config.mixed_precision else 'float32',
         # Synchronised batch norm only means something with more than one rank.
         cross_rank_batch_norm=bool(config.sync_batch_norm and facts.ranks > 1),
         seed=facts.seed, model_dir=facts.model_dir, backbone_ckpt=facts.backbone_ckpt,
-        ckpt=facts.ckpt)
+        ckpt=facts.ckpt, steps_file=facts.steps_file)
     return Settings(config.frozen(), batch, _schedule(config, facts, batch.global_size), runtime)
 
 

@@ -19,6 +19,7 @@ from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.engine import preemption
 from efficientdet_hpu.engine import train_log
 from efficientdet_hpu.engine import setup
+from efficientdet_hpu.training import steps_file
 from efficientdet_hpu.engine import wall_time
 
 tf1 = tf.compat.v1
@@ -48,6 +49,10 @@ class TrainLogHook(tf1.train.SessionRunHook):
         self._write_files = write_files
         self._meter = progress.Meter(total_steps)  # Marked where the rate is measured from.
         self._paused_at = None  # The clock restarts at the next before_run.
+
+    def retarget(self, total_steps):
+        """The run now ends at `total_steps` (training/steps_file.py)."""
+        self._total_steps = self._stop_step = self._meter.total = total_steps
 
     def begin(self):
         self._scalars = tf1.get_collection(det_model_fn.TRAIN_LOG_COLLECTION)
@@ -296,12 +301,14 @@ def make_training_hooks(run, stop_step, pause_steps=(), clock=None):
     options = run.options
     log_dir = setup.rank_log_dir(options)
     hooks = [wall_time.StepTimeHook(clock)] if clock is not None else []
+    log = TrainLogHook(log_dir, run.settings.batch.global_size,
+                       max(run.settings.schedule.total_steps, stop_step),
+                       options.log_every_n_steps, write_files=log_dir is not None,
+                       stop_step=stop_step, pause_steps=pause_steps)
     hooks += [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
-              preemption.StopAtSignalHook(),
-              TrainLogHook(log_dir, run.settings.batch.global_size,
-                           max(run.settings.schedule.total_steps, stop_step),
-                           options.log_every_n_steps, write_files=log_dir is not None,
-                           stop_step=stop_step, pause_steps=pause_steps)]
+              preemption.StopAtSignalHook(), log]
+    if run.settings.runtime.steps_file:  # Before the hooks that act at the stop step.
+        hooks.append(steps_file.StepsFileHook(run.settings.runtime.steps_file, stop_step, log))
     if log_dir is not None:
         hooks.append(SummaryHook(log_dir, options.iterations_per_loop))
     if options.profile_steps and distributed.is_main():

@@ -24,6 +24,7 @@ from efficientdet_hpu.engine import checkpoint_eval
 from efficientdet_hpu.engine import hooks
 from efficientdet_hpu.engine import preemption
 from efficientdet_hpu.engine import resume_check
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.engine import train_log
 from efficientdet_hpu.engine import training_eval
 from efficientdet_hpu.engine import wall_time
@@ -101,7 +102,10 @@ def train_by_epochs(run, clock=None):
     Estimator.predict (a graph and session built for each)."""
     steps = evaluation_steps(run.settings.schedule)
     for epoch, step in enumerate(steps, 1):
-        if current_step(run) >= step and epoch < len(steps):
+        # --steps_file may have moved the end (training/steps_file.py).
+        last = run_end.target_steps(run.settings.runtime.steps_file, steps[-1])
+        final, step = epoch == len(steps) or step >= last, min(step, last)
+        if current_step(run) >= step and not final:
             continue
         if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
             break
@@ -109,6 +113,8 @@ def train_by_epochs(run, clock=None):
         with wall_time.phase(clock, wall_time.EVALUATIONS):
             checkpoint_eval.evaluate_latest(run)
         preemption.stop_if_asked(run.options.model_dir)  # A signal during the evaluation.
+        if final:
+            break
 
 
 def execute(run):

@@ -307,7 +307,8 @@ def _run_facts(options, device):
         half_dtype=distributed.mixed_precision_dtype(device), use_amp=options.use_amp,
         seed=options.seed if options.seed is not None else (0 if options.deterministic
                                                             else None),
-        model_dir=options.model_dir, backbone_ckpt=options.backbone_ckpt, ckpt=options.ckpt)
+        model_dir=options.model_dir, backbone_ckpt=options.backbone_ckpt, ckpt=options.ckpt,
+        steps_file=options.steps_file or '')
 
 
 def _start_distributed(options):

@@ -13,7 +13,11 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
                    their steps; the steps before run slower, the first holding the first
                    step's one-off cost), its start-up and an evaluation's seconds (at most the
-                   table's) against the cost table's. When the steps that fit differ from the
+                   table's) against the cost table's. When fewer steps fit than planned and
+                   the cut leaves the warm-up and freeze as they are, the running main.py is
+                   told through its --steps_file (finetune/correction.py): it ends at the
+                   steps that fit, its cosine and moving average following, with no restart.
+                   Otherwise, when they differ from the
                    plan's by more than TOLERANCE, training is stopped (SIGTERM: a checkpoint),
                    plan.yaml gets the new number of evaluations (and the schedule that follows
                    them) and main.py resumes from the checkpoint. Fewer fit by less: the time
@@ -135,10 +139,14 @@ class RateProbe:
     evaluations that fit, and answers True (stop and restart) when a restart is worth its cost
     (module docstring). `decision` then holds {'evaluations',
     'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
-    that fit without a restart. `say`, when given, prints steps_line as soon as it decides."""
+    that fit without a restart; and 'in_place' when `shorten` (decision -> plan or None) cut
+    the running run to them (`shortened`, the plan). `say`, when given, prints steps_line as
+    soon as it decides."""
 
-    def __init__(self, plan, model_dir, deadline, first_step, say=None):
+    def __init__(self, plan, model_dir, deadline, first_step, say=None, shorten=None):
         self.plan, self.model_dir, self.deadline, self.say = plan, model_dir, deadline, say
+        self.shorten = shorten  # decision -> the plan cut in place (no restart), or None.
+        self.shortened = None
         self.first_step = first_step or 0
         self.from_step = self.first_step + PROBE_STEPS
         if self.first_step < plan.freeze_steps:  # The frozen steps run at another rate.
@@ -195,6 +203,13 @@ class RateProbe:
                          'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
                          'restart': worth_restarting(self.plan, evaluations, fit,
                                                      record['step'])}
+        if (self.shorten is not None and fit < self.plan.evaluations
+                and fit * self.plan.eval_interval > record['step']):
+            # Cut in the running process, no start-up spent: to what fits without a restart,
+            # even within TOLERANCE (the cosine then ends, where the time-budget stop cuts it).
+            self.shortened = self.shorten(dict(self.decision, evaluations=fit))
+            if self.shortened is not None:
+                self.decision.update(evaluations=fit, restart=False, in_place=True)
         if self.say:  # As it is decided, not when training ends.
             self.say(steps_line(self.plan, self.decision))
         return self.decision['restart']
@@ -237,7 +252,11 @@ def ends_here(plan, evaluations, fit, step) -> bool:
 def steps_line(plan, decision) -> str:
     """The line the run prints when the first steps change (or keep) the planned steps."""
     fit = decision.get('fit', decision['evaluations'])
-    if decision['restart']:
+    if decision.get('in_place'):
+        verdict = ('%d steps instead of %d: the run ends there, its cosine and moving average '
+                   'following, without a restart' % (decision['evaluations'] * plan.eval_interval,
+                                                    plan.steps))
+    elif decision['restart']:
         verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '
                    'with the new number' % (decision['evaluations'] * plan.eval_interval,
                                             plan.steps))
@@ -369,18 +388,6 @@ def before_search(candidate, seconds_left, load, search_seconds):
         when, rate, candidate.images_per_second, load)
     return with_evaluations(dataclasses.replace(candidate, images_per_second=rate),
                             evaluations, why), why
-
-
-def after_probe(runner, plan, decision):
-    """The plan with the probe's evaluations, written (the probe said its line)."""
-    if not decision['restart']:
-        return plan
-    why = 'corrected at step %d from the measured %.1f images/s and %.0f s start-up' % (
-        decision['step'], decision['rate'], decision['startup'])
-    corrected = with_evaluations(dataclasses.replace(plan, images_per_second=decision['rate']),
-                                 decision['evaluations'], why)
-    rewrite(runner.layout.plan_yaml, runner.layout.plan_json, corrected, was=plan)
-    return corrected
 
 
 def used_line(minutes, max_minutes, ended, rates=None) -> str:

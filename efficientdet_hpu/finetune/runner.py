@@ -85,6 +85,7 @@ class Layout:
     plan_json = property(lambda self: self.path('plan.json'))
     model_dir = property(lambda self: self.path('model'))
     training_json = property(lambda self: self.path('training.json'))
+    steps_file = property(lambda self: self.path('steps.json'))  # main.py --steps_file.
     evaluation = property(lambda self: self.path('evaluation'))
     analysis = property(lambda self: self.path('evaluation', 'analysis'))
     picture = property(lambda self: self.path('detections.png'))

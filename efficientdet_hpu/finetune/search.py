@@ -46,8 +46,9 @@ MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up 
 
 # Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise).
 SCORE_DECIMALS = 3
-# A tie's training losses closer than this share are a tie too (single-batch losses are noisy).
-LOSS_MARGIN = 0.05
+# A tie's training losses closer than this share are a tie too: a median of five single-batch
+# losses varies by about 1.5% (docs/dev/history.md).
+LOSS_MARGIN = 0.025
 # A candidate logs ten times to its rung, so the loss that breaks a tie is a median of five.
 RUNG_LOG_RECORDS = 10
 
@@ -213,12 +214,12 @@ def result_line(results, winner) -> str:
     if len(tied) == 1:
         why = 'the higher AP50 at the same evaluation of its run'
     elif tied[0] is not best:
-        why = ('a tie in AP50, broken by the training loss up to that evaluation: %s; %d%% '
+        why = ('a tie in AP50, broken by the training loss up to that evaluation: %s; %g%% '
                'lower or more goes on before %s' % (losses, 100 * LOSS_MARGIN, first))
     elif any(r.get('loss') is None for r in tied):
         why = 'a tie, which goes to %s' % first
     else:
-        why = ('a tie, which goes to %s: training losses up to that evaluation %s, none %d%% '
+        why = ('a tie, which goes to %s: training losses up to that evaluation %s, none %g%% '
                'lower' % (first, losses, 100 * LOSS_MARGIN))
     return 'tried %s; %s goes on: %s' % (tried, winner, why)
 

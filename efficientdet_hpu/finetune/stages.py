@@ -22,6 +22,7 @@ from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import processes
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import correction
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
 from efficientdet_hpu.finetune import report
@@ -117,17 +118,23 @@ def training_stage(runner, plan, deadline, last=None):
     planned = _remaining(plan, 'start-up') - final
     start = time.monotonic()
     verbose = ['--verbose'] if runner.verbose else []
-    args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + verbose
+    # The probe cuts the steps through main.py's --steps_file where it can (no restart).
+    moved = ['--steps_file=' + layout.steps_file]
+    args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + verbose + moved
+    if os.path.exists(layout.steps_file):  # An earlier run's: its plan.yaml holds its steps.
+        os.remove(layout.steps_file)
     probe = (None if deadline is None else
              budget.RateProbe(plan, layout.model_dir, deadline,
-                              rerun.latest_step(layout.model_dir), say=runner.say))
+                              rerun.latest_step(layout.model_dir), say=runner.say,
+                              shorten=lambda decision: correction.shorten_in_place(
+                                  runner, (last and last.chosen) or plan, decision)))
     stop_after = (None if deadline is None
                   else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS))
     timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None
                else 3 * planned + 3600) + GRACE_SECONDS
     first_args, stop_when = args, probe
     if last is not None:
-        first_args, stop_when = last.args() + verbose, last.stop_when(probe)
+        first_args, stop_when = last.args() + verbose + moved, last.stop_when(probe)
     _, stopped = runner.command('train', 'train', first_args, timeout, echo=True,
                                 stop_after=stop_after, stop_when=stop_when)
     if last is not None:
@@ -135,8 +142,10 @@ def training_stage(runner, plan, deadline, last=None):
             return training_stage(runner, last.install(), deadline)
         plan = last.chosen
         shutil.rmtree(layout.path('candidates'), ignore_errors=True)
-    if probe is not None and probe.decision is not None:
-        plan = budget.after_probe(runner, plan, probe.decision)
+    if probe is not None and probe.shortened is not None:  # Cut while main.py ran.
+        plan = probe.shortened
+    elif probe is not None and probe.decision is not None:
+        plan = correction.after_probe(runner, plan, probe.decision)
         if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.
             stop_after = budget.training_stop(deadline, final, probe, 60.0)
             _, stopped = runner.command(

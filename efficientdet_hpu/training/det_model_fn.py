@@ -31,6 +31,8 @@ from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.training import loss_scale
 from efficientdet_hpu.training import var_freeze
 from efficientdet_hpu.checkpoints import warm_start
+from efficientdet_hpu.core import run_end
+from efficientdet_hpu.training import steps_file
 
 tf1 = tf.compat.v1
 
@@ -63,12 +65,16 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     Args:
       global_step: int64 scalar tensor.
       base_rate, warmup_init: floats, already scaled for the global batch.
-      warmup_steps, total_steps, first_drop_step, second_drop_step: ints.
+      warmup_steps, total_steps, first_drop_step, second_drop_step: ints; for the cosine,
+        warmup_steps and total_steps may be float32 tensors (--steps_file's variables).
     Returns: float32 scalar tensor.
     """
     step = tf.cast(global_step, tf.float32)
     if decay_method == 'constant':
         return tf.constant(base_rate, tf.float32) + 0.0 * step
+    if decay_method == 'cosine' and not isinstance(total_steps, (int, float)):
+        return _moving_cosine(step, base_rate, warmup_init, warmup_steps, total_steps,
+                              cosine_from_warmup_end)
     warmup_steps = int(warmup_steps)
     if decay_method == 'cosine':
         decay_span = float(max(total_steps - warmup_steps, 1))
@@ -89,12 +95,28 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     return tf.where(step < warmup_steps, warmup_rate, decayed)
 
 
-def learning_rate_of_run(global_step, params):
-    """The run's schedule, every step count and rate as config/settings.finalize made them."""
+def _moving_cosine(step, base_rate, warmup_init, warmup_steps, total_steps, from_warmup_end):
+    """The warm-up and cosine of learning_rate_schedule with their step counts read from
+    tensors (training/steps_file.py), the same formulas."""
+    warmup = tf.cast(warmup_steps, tf.float32)
+    decay_span = tf.maximum(tf.cast(total_steps, tf.float32) - warmup, 1.0)
+    progress = step / decay_span
+    if from_warmup_end:
+        progress = tf.clip_by_value((step - warmup) / decay_span, 0.0, 1.0)
+    decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
+    warmup_rate = warmup_init + step / tf.maximum(warmup, 1.0) * (base_rate - warmup_init)
+    return tf.where(step < warmup, warmup_rate, decayed)
+
+
+def learning_rate_of_run(global_step, params, moving=None):
+    """The run's schedule, every step count and rate as config/settings.finalize made them
+    (moving: --steps_file's variables, which hold the warm-up's and the run's steps)."""
     schedule, config = params.schedule, params.config
+    moving = moving if config.lr_decay_method == 'cosine' else None  # The others: no end.
     return learning_rate_schedule(
         global_step, base_rate=schedule.learning_rate, warmup_init=schedule.warmup_init,
-        warmup_steps=schedule.warmup_steps, total_steps=schedule.total_steps,
+        warmup_steps=moving[run_end.WARMUP_STEPS] if moving else schedule.warmup_steps,
+        total_steps=moving[run_end.TOTAL_STEPS] if moving else schedule.total_steps,
         decay_method=config.lr_decay_method, first_drop_step=schedule.first_drop_step,
         second_drop_step=schedule.second_drop_step,
         cosine_from_warmup_end=config.cosine_from_warmup_end)
@@ -196,7 +218,8 @@ def _optimizer(params, learning_rate):
     return optimizer  # Gradients are averaged over ranks in _train_op, once per step.
 
 
-def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_loss=None):
+def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_loss=None,
+              ema_decay=None):
     """Gradients (summed over micro-batches, then averaged across ranks), clipping, a
     finite-guarded update and the EMA.
 
@@ -245,8 +268,9 @@ def _train_op(total_loss, params, learning_rate, micro_batches=(), micro_batch_l
         with tf.control_dependencies(update_ops):
             step = optimizer.apply_gradients(list(zip(grads, variables)), global_step)
         with tf.control_dependencies([step]):
-            return checkpoints.ema_update(averaged, shadows, params.config.moving_average_decay,
-                                          global_step)
+            return checkpoints.ema_update(
+                averaged, shadows, params.config.moving_average_decay if ema_decay is None
+                else ema_decay, global_step)
 
     train_op = tf.cond(finite, lambda: _as_bool(apply()), lambda: tf.constant(False))
     if scaler is None:
@@ -324,11 +348,18 @@ def _train_spec(features, labels, params):
     first_loss = _micro_batch_loss(micro_batches[0], params, normalizer, terms)
     l2_loss = _weight_decay_loss(params.config.weight_decay)  # Once per step.
     global_step = tf1.train.get_or_create_global_step()
-    learning_rate = learning_rate_of_run(global_step, params)
+    moving = None
+    if params.runtime.steps_file:  # The end may move while the run trains.
+        moving = steps_file.schedule_variables({
+            run_end.TOTAL_STEPS: params.schedule.total_steps,
+            run_end.WARMUP_STEPS: params.schedule.warmup_steps,
+            run_end.EMA_DECAY: params.config.moving_average_decay})
+    learning_rate = learning_rate_of_run(global_step, params, moving)
     warm_start.apply(params.runtime)
     train_op, grad_norm, finite = _train_op(
         first_loss + l2_loss, params, learning_rate, micro_batches[1:], functools.partial(
-            _micro_batch_loss, params=params, normalizer=normalizer, terms=terms, reuse=True))
+            _micro_batch_loss, params=params, normalizer=normalizer, terms=terms, reuse=True),
+        moving[run_end.EMA_DECAY] if moving else None)
     # The step's loss terms: sums over micro-batches (each already divided by the step's
     # normalizer), as one batch of K x b images would give them.
     loss_terms = {key: tf.add_n([t[key] for t in terms]) for key in terms[0]}

@@ -1,7 +1,8 @@
 """`python finetune.py --max_minutes=N` as a user runs it, the budget used: a real short run of
 the tiny model ends within 10% of a planted 4-minute budget (the steps corrected from the
 stages' measured times and the first steps' rate, finetune/budget.py), and a run planned for
-more steps than fit is stopped at the budget and goes on with its best checkpoint. The search
+more steps than fit is stopped at the budget and goes on with its best checkpoint; a cost table
+twice too fast is corrected while main.py runs, without a restart. The search
 of an ImageNet backbone against random weights: test_finetune_search.py (a file of its own, so
 that the slow runs are shared by both test workers).
 
@@ -9,8 +10,10 @@ The 10% holds where the cost table the plan reads on this machine (the package's
 `bench.py finetune_costs` measured here) is this machine's when quiet."""
 import json
 import os
+import re
 
 import pytest
+import yaml
 
 from cli_runs import run_python, TINY_HPARAMS
 from test_finetune import make_coco
@@ -70,3 +73,39 @@ def test_training_stops_at_the_budget_and_the_best_checkpoint_is_evaluated(tmp_p
     assert summary['best_step'] is not None and summary['best_step'] <= summary['steps_trained']
     assert summary['checkpoint'].endswith('best')
     assert os.path.isfile(os.path.join(summary['export'], 'saved_model.pb'))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
+    """The plan reads a cost table whose training rates are twice the package's (as a table
+    measured on a faster machine): it plans about twice the steps that fit. The first steps'
+    rate cuts them while main.py runs (its --steps_file): one main.py process, ended at the cut
+    step with its schedule completed, plan.yaml holding that step, the budget not overrun."""
+    from efficientdet_hpu.finetune import cost_table
+    from efficientdet_hpu.finetune import costs
+    table = json.loads(json.dumps(cost_table.TABLE))
+    for entry in table['training']:
+        entry['images_per_second'] *= 2
+    path = tmp_path / 'fast-table.json'
+    path.write_text(json.dumps(table))
+    data = make_coco(str(tmp_path / 'data'), count=40)
+    out = str(tmp_path / 'out')
+    result = run_python(['finetune.py', '--data=%s' % data, '--output_dir=%s' % out,
+                         '--max_minutes=4', '--hparams=image_size=128,%s,early_stop_patience=0'
+                         % TINY_MODEL], timeout=1400, env={costs.ENVIRONMENT: str(path)})
+    assert result.returncode == 0, result.stdout[-5000:]
+    summary = _summary(out)
+    with open(os.path.join(out, 'plan.json')) as stream:
+        plan = json.load(stream)
+    cut = re.search(r'measured at step \d+: .*: (\d+) steps instead of (\d+): the run ends there, '
+                    r'its cosine and moving average following, without a restart', result.stdout)
+    assert cut, result.stdout[-5000:]
+    assert int(cut.group(1)) == plan['steps'] == summary['steps_trained'] < int(cut.group(2))
+    assert 'the run now ends at step %s (was %s)' % cut.groups() in result.stdout
+    assert summary['training_ended'] == 'completed'
+    assert result.stdout.count('train_and_eval: evaluations at') == 1  # One main.py start.
+    with open(os.path.join(out, 'plan.yaml')) as stream:
+        recipe = yaml.safe_load(stream)
+    assert recipe['num_epochs'] * plan['eval_interval'] == plan['steps']
+    assert summary['minutes'] <= 1.1 * 4

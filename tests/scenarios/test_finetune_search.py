@@ -9,6 +9,7 @@ import re
 import pytest
 import yaml
 
+from efficientdet_hpu.finetune import search as search_lib
 from cli_runs import run_python
 from test_finetune import make_coco
 from test_finetune_budget import TINY_MODEL, _summary
@@ -64,12 +65,13 @@ def test_a_search_tries_imagenet_and_random_weights_and_the_winner_goes_on(tmp_p
         assert entry['loss'] > 0  # The detection loss main.py logged on the way to it.
     winner = tried[search['winner']]
     # The better AP50 to the three decimals printed; equal ones are a tie, which goes to the
-    # random start where its training loss is 5% or more under the plan's own's.
+    # random start where its training loss is LOSS_MARGIN or more under the plan's own's.
     assert all(round(winner['AP50'], 3) >= round(entry['AP50'], 3) for entry in tried.values())
     own, random_start = tried['128px'], tried['128px-random']
     if round(own['AP50'], 3) == round(random_start['AP50'], 3):
         assert search['winner'] == (
-            '128px-random' if random_start['loss'] < 0.95 * own['loss'] else '128px')
+            '128px-random' if random_start['loss'] < (1 - search_lib.LOSS_MARGIN) * own['loss']
+            else '128px')
     assert search['line'] in result.stdout
     with open(os.path.join(out, 'plan.yaml')) as stream:
         text = stream.read()

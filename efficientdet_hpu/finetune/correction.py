@@ -1,0 +1,61 @@
+"""The plan as the first training steps' measurement (budget.RateProbe) corrects it: for a
+restart of main.py with the new steps (after_probe), or, where only the end moves, in the
+running main.py through its --steps_file (shorten_in_place; training/steps_file.py)."""
+import dataclasses
+
+import yaml
+
+from efficientdet_hpu.core import run_end
+from efficientdet_hpu.finetune import budget
+
+
+def _probed(plan, decision):
+    why = 'corrected at step %d from the measured %.1f images/s and %.0f s start-up' % (
+        decision['step'], decision['rate'], decision['startup'])
+    return budget.with_evaluations(
+        dataclasses.replace(plan, images_per_second=decision['rate']), decision['evaluations'],
+        why)
+
+
+def after_probe(runner, plan, decision):
+    """The plan with the probe's evaluations, written (the probe said its line)."""
+    if not decision['restart']:
+        return plan
+    corrected = _probed(plan, decision)
+    budget.rewrite(runner.layout.plan_yaml, runner.layout.plan_json, corrected, was=plan)
+    return corrected
+
+
+def shorten_in_place(runner, plan, decision):
+    """Where the probe cuts the steps: the running main.py told through its --steps_file
+    (training/steps_file.py: its end, warm-up, cosine and moving average's decay move to the
+    cut plan's, as a restart with it would set them, without the restart), and the plan
+    rewritten to what it now trains (its early-stop patience kept: main.py's flag). Returns
+    that plan, or None where a restart is needed: more steps, or a frozen backbone's steps
+    the cut would move that are not over. decision: budget.RateProbe's, its evaluations
+    those that fit without a restart."""
+    if decision['evaluations'] >= plan.evaluations:
+        return None
+    corrected = _probed(plan, decision)
+    if (corrected.freeze_steps != plan.freeze_steps
+            and max(corrected.freeze_steps, plan.freeze_steps) > decision['step']):
+        return None
+    kept = dict(plan.reasons).get('early stop')
+    corrected = dataclasses.replace(
+        corrected, early_stop_patience=plan.early_stop_patience, reasons=tuple(
+            (topic, kept if topic == 'early stop' else text)
+            for topic, text in corrected.reasons))
+    budget.rewrite(runner.layout.plan_yaml, runner.layout.plan_json, corrected, was=plan)
+    run_end.write(runner.layout.steps_file, corrected.steps, *_as_main_py_reads(
+        runner.layout.plan_yaml, corrected))
+    return corrected
+
+
+def _as_main_py_reads(plan_yaml, plan):
+    """(warm-up steps, moving_average_decay) as main.py computes them from the rewritten
+    recipe: a value --hparams set stayed there, and stays in the running main.py."""
+    with open(plan_yaml, encoding='utf-8') as stream:
+        recipe = yaml.safe_load(stream)
+    epochs, decay = recipe.get('lr_warmup_epoch'), recipe.get('moving_average_decay')
+    return (None if epochs is None else int(float(epochs) * plan.eval_interval),
+            None if decay is None else float(decay))

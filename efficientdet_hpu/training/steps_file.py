@@ -1,0 +1,98 @@
+"""--steps_file: a run's end moved earlier while it trains, without a restart.
+
+Another process (efficientdet-finetune, once its first steps' rate shows the planned steps do
+not fit its time budget) writes the record of core/run_end.py,
+    {"total_steps": N, "warmup_steps": W, "moving_average_decay": d},
+and the run, at its next step, ends at step N instead: its warm-up and cosine follow W and N
+(the cosine reaches 0 at N) and its weights' moving average the new decay, as a run planned so
+from the start would go on from that step, and as a restart with that plan would, without the
+restart's start-up. The frozen backbone's steps are not moved (the writer moves the end once
+they are over).
+
+Only a shorter run: N above the run's planned steps, or at a step already passed, is
+clamped (to the planned steps; to the next step) and said. One process only (main.py refuses
+the flag with more ranks: the ranks would read the file at different steps). The two values
+live in local variables (not in checkpoints): a resumed run starts from its recipe, which the
+writer updates with the file.
+"""
+import os
+
+from absl import logging
+import tensorflow as tf
+import tensorflow.compat.v1 as tf1
+
+from efficientdet_hpu.core.run_end import EMA_DECAY, TOTAL_STEPS, WARMUP_STEPS, read
+
+COLLECTION = 'steps_file_targets'
+
+
+def schedule_variables(planned):
+    """{name: float32 local variable} for `planned` {TOTAL_STEPS, WARMUP_STEPS, EMA_DECAY:
+    the plan's value}, which the hook assigns; the model_fn's learning rate and moving
+    average read them in place of the planned constants."""
+    return {name: tf1.get_variable('steps_file/' + name,
+                                   initializer=tf.constant(float(value), tf.float32),
+                                   trainable=False,
+                                   collections=[tf1.GraphKeys.LOCAL_VARIABLES, COLLECTION])
+            for name, value in planned.items()}
+
+
+class StepsFileHook(tf1.train.SessionRunHook):
+    """Reads the file after every step (a stat; it is read only when it changed) and ends the
+    train() call at its step. `log_hook`: the TrainLogHook, whose ETA follows the new end."""
+
+    def __init__(self, path, stop_step, log_hook=None):
+        self._path, self._stop_step, self._log_hook = path, stop_step, log_hook
+        self._planned = stop_step
+        self._seen = None
+
+    def begin(self):
+        variables = {v.op.name.split('/')[-1]: v for v in tf1.get_collection(COLLECTION)}
+        self._step = tf1.train.get_global_step()
+        self._feeds = {name: tf1.placeholder(tf.float32, (), name='steps_file_' + name)
+                       for name in variables}
+        self._assign = {name: variables[name].assign(self._feeds[name]) for name in variables}
+
+    def after_create_session(self, session, coord):
+        del coord
+        self._apply(session, session.run(self._step))  # A file written before the start.
+
+    def before_run(self, run_context):
+        return tf1.train.SessionRunArgs(self._step)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results) + 1  # The value fetched is from before the update.
+        self._apply(run_context.session, step)
+        if step >= self._stop_step:
+            run_context.request_stop()
+
+    def _apply(self, session, step):
+        try:
+            stat = os.stat(self._path)
+        except OSError:
+            return
+        key = (stat.st_mtime_ns, stat.st_size)
+        if key == self._seen:
+            return
+        record = read(self._path)
+        if record is None:  # Not whole yet (or not ours): looked at again next step.
+            return
+        self._seen = key
+        asked = record[TOTAL_STEPS]
+        total = max(min(asked, self._planned), step)
+        if total == self._stop_step:
+            return
+        values = {TOTAL_STEPS: float(total), WARMUP_STEPS: record[WARMUP_STEPS],
+                  EMA_DECAY: record[EMA_DECAY]}
+        values = {name: value for name, value in values.items()
+                  if value is not None and name in self._assign}
+        session.run([self._assign[name] for name in values],
+                    {self._feeds[name]: value for name, value in values.items()})
+        logging.info('%s: the run now ends at step %d (was %d)%s%s', self._path, total,
+                     self._stop_step, '' if total == asked else ' (asked %d: %s)' % (
+                         asked, 'the planned end' if asked > total else 'a step already '
+                         'reached'), ''.join('; %s %g' % (name, record[name]) for name in (
+                             WARMUP_STEPS, EMA_DECAY) if record[name] is not None))
+        self._stop_step = total
+        if self._log_hook is not None:
+            self._log_hook.retarget(total)

@@ -1,0 +1,112 @@
+"""finetune/correction.py with budget.RateProbe: fewer steps fit than planned, so the running
+main.py is cut through its --steps_file (no restart), the plan rewritten to what it now
+trains; more steps, or a freeze the cut would move before it is over, still restart. On the
+plan of ORTHO in 15 min (tests/finetune/test_budget.py: 890 steps in 10 evaluations of 89)."""
+import dataclasses
+import json
+import time
+
+import pytest
+import yaml
+
+from efficientdet_hpu.core import run_end
+from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import correction
+from efficientdet_hpu.finetune import plan as plan_lib
+from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import runner as runner_lib
+from finetune_cases import LITE0_PTH, ORTHO, ROOMY, TABLE
+
+
+@pytest.fixture(scope='module')
+def plan():
+    made = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=LITE0_PTH, max_minutes=15),
+                              table=TABLE)
+    assert (made.steps, made.eval_interval, made.evaluations, made.freeze_steps) == (
+        890, 89, 10, 44)
+    return made
+
+
+class Runner:
+    def __init__(self, root, plan):
+        self.layout = runner_lib.Layout(str(root))
+        with open(self.layout.plan_yaml, 'w') as stream:
+            yaml.safe_dump(plan_file.recipe(plan, 'train-*', 'val-*', 'val.json'), stream)
+
+
+def _probe(plan, tmp_path, rate, shorten):
+    """A probe whose log shows `rate` images/s from step 110 on, 600 s before the deadline."""
+    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
+                             shorten=shorten)
+
+    def train(step, seconds):
+        return {'event': 'train', 'step': step, 'images_per_sec': rate,
+                'time': probe.started + seconds}
+    seconds = 8 * 25 / rate
+    records = [train(25, 30 + seconds), train(50, 30 + 2 * seconds), {'event': 'eval',
+                                                                      'step': 50}]
+    records += [train(50 + 25 * k, 32 + (2 + k) * seconds) for k in (1, 2, 3)]
+    (tmp_path / 'train_log.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+    return probe
+
+
+def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
+    runner = Runner(tmp_path, plan)
+    asked = []
+
+    def shorten(decision):
+        asked.append(dict(decision))
+        return correction.shorten_in_place(runner, plan, decision)
+    probe = _probe(plan, tmp_path, 8.0, shorten)
+    assert probe('step 125/890 ... 8.00 images/s') is False  # Not stopped: no restart.
+    decision = probe.decision
+    assert decision['in_place'] and not decision['restart']
+    # Cut to what fits without a restart (the restart's start-up is not spent).
+    assert decision['evaluations'] == decision['fit'] == asked[0]['evaluations'] < 10
+    cut = probe.shortened
+    assert cut.steps == decision['fit'] * 89 and cut.evaluations == decision['fit']
+    # The file main.py reads: the cut plan's end, warm-up and moving average.
+    assert run_end.read(runner.layout.steps_file) == {
+        'total_steps': cut.steps, 'warmup_steps': cut.warmup_steps,
+        'moving_average_decay': cut.ema_decay}
+    assert cut.ema_decay != plan.ema_decay and cut.warmup_steps < plan.warmup_steps
+    # plan.yaml says what now trains: a rerun resumes with it; patience stays main.py's.
+    with open(runner.layout.plan_yaml) as stream:
+        recipe = yaml.safe_load(stream)
+    assert recipe['num_epochs'] == cut.evaluations
+    assert recipe['moving_average_decay'] == cut.ema_decay
+    assert int(recipe['lr_warmup_epoch'] * 89) == cut.warmup_steps
+    assert recipe['early_stop_patience'] == plan.early_stop_patience == cut.early_stop_patience
+    with open(runner.layout.plan_json) as stream:
+        assert json.load(stream)['steps'] == cut.steps
+    assert 'without a restart' in budget.steps_line(plan, decision)
+
+
+def test_more_steps_or_a_freeze_not_over_still_restart(plan, tmp_path):
+    runner = Runner(tmp_path, plan)
+    faster = _probe(plan, tmp_path, 40.0, lambda d: correction.shorten_in_place(
+        runner, plan, d))
+    assert faster('step 125/890 ... 40.00 images/s') is True  # More fit: a restart.
+    assert not faster.decision.get('in_place') and faster.shortened is None
+    # A freeze of 200 steps, not over at step 125, which the cut would shorten.
+    frozen = dataclasses.replace(plan, freeze_steps=200)
+    decision = {'evaluations': 5, 'step': 125, 'rate': 8.0, 'startup': 30.0}
+    assert correction.shorten_in_place(runner, frozen, decision) is None
+    assert run_end.read(runner.layout.steps_file) is None  # Nothing written.
+    assert correction.shorten_in_place(runner, plan, dict(decision, evaluations=10)) is None
+
+
+def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
+    """moving_average_decay set by --hparams stays in plan.yaml when the steps change, so the
+    file does not move it in main.py either; the warm-up, the plan's, moves."""
+    runner = Runner(tmp_path, plan)
+    with open(runner.layout.plan_yaml) as stream:
+        recipe = yaml.safe_load(stream)
+    recipe['moving_average_decay'] = 0.95
+    with open(runner.layout.plan_yaml, 'w') as stream:
+        yaml.safe_dump(recipe, stream)
+    cut = correction.shorten_in_place(
+        runner, plan, {'evaluations': 6, 'step': 125, 'rate': 8.0, 'startup': 30.0})
+    assert cut.steps == 534
+    assert run_end.read(runner.layout.steps_file) == {
+        'total_steps': 534, 'warmup_steps': cut.warmup_steps, 'moving_average_decay': 0.95}

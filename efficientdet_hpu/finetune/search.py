@@ -7,11 +7,11 @@ the best one continued from its own model_dir.
 A rung is a candidate's k-th evaluation: each candidate's steps fit the same budget, so the
 k-th evaluation comes at the same share of each one's planned run (a tenth for the first); the
 fit before the search (_fitted) cuts whole evaluations, so a candidate cut more has its rung
-later in what it will run. Scores are the AP50 of that
-evaluation (tiles when tiled). AP50s equal to the decimals printed are a tie, which the training
-loss at the rung breaks (the detection loss, L2 left out: the median of the train records in
-the second half of the steps to the rung) where one candidate's is LOSS_MARGIN under the plan's
-own's; else a tie goes to the plan's own choice, the first candidate.
+later in what it will run. Scores are the AP50 of that evaluation (tiles when tiled). AP50s
+equal to the decimals printed, or all under SCORE_FLOOR, are a tie, which the training loss at
+the rung breaks (the detection loss, L2 left out: the median of the train records in the second
+half of the steps to the rung) where one candidate's is LOSS_MARGIN under the plan's own's; else
+a tie goes to the plan's own choice, the first candidate.
 
 Candidates differ in input size or, beside an ImageNet backbone, start from random weights
 (plan.candidate_name: '192px', '192px-random').
@@ -44,8 +44,11 @@ GRACE_SECONDS = 900
 MIN_RUN_SECONDS = 180  # A candidate's run under the budget: main.py's start-up and its rung.
 
 
-# Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise).
+# Scores equal to the decimals the run prints are a tie (AP50 0.0004 against 0.0001 is noise),
+# and so are all under SCORE_FLOOR: a detector that early has not begun to rank its boxes (on
+# classes-20 the two starts' rung AP50s, all under it, came out either way; docs/dev/history.md).
 SCORE_DECIMALS = 3
+SCORE_FLOOR = 0.01
 # A tie's training losses closer than this share are a tie too: a median of five single-batch
 # losses varies by about 1.5% (docs/dev/history.md).
 LOSS_MARGIN = 0.025
@@ -54,7 +57,7 @@ RUNG_LOG_RECORDS = 10
 
 
 def _rounded(value):
-    return round(value, SCORE_DECIMALS)
+    return 0.0 if 0.0 <= value < SCORE_FLOOR else round(value, SCORE_DECIMALS)
 
 
 def loss_first(tied, losses):
@@ -72,7 +75,8 @@ def loss_first(tied, losses):
 
 def successive_halving(names, score, rungs, loss=lambda name, rung: None):
     """Runs the rungs: every name alive is scored (score(name, rung) -> float), the better half
-    (at least one) goes on; ties (to SCORE_DECIMALS) in `names`' order but for the one
+    (at least one) goes on; ties (to SCORE_DECIMALS, or all under SCORE_FLOOR) in `names`'
+    order but for the one
     loss_first puts first (loss(name, rung): its training loss at the rung, or None). Returns
     (winner, [(rung, name, score)])."""
     alive, history = list(names), []
@@ -211,16 +215,18 @@ def result_line(results, winner) -> str:
     first = 'the plan\'s own' if tied[0] is results[0] else 'the first in the plan\'s order'
     losses = ' against '.join('%s (%s)' % (_loss_text(r.get('loss')), r['name'])
                               for r in [best] + [r for r in tied if r is not best])
+    tie = 'a tie' + (' (AP50s under %g: no ranking yet)' % SCORE_FLOOR
+                     if len(tied) > 1 and 0.0 <= best['AP50'] < SCORE_FLOOR else '')
     if len(tied) == 1:
         why = 'the higher AP50 at the same evaluation of its run'
     elif tied[0] is not best:
-        why = ('a tie in AP50, broken by the training loss up to that evaluation: %s; %g%% '
-               'lower or more goes on before %s' % (losses, 100 * LOSS_MARGIN, first))
+        why = ('%s in AP50, broken by the training loss up to that evaluation: %s; %g%% '
+               'lower or more goes on before %s' % (tie, losses, 100 * LOSS_MARGIN, first))
     elif any(r.get('loss') is None for r in tied):
-        why = 'a tie, which goes to %s' % first
+        why = '%s, which goes to %s' % (tie, first)
     else:
-        why = ('a tie, which goes to %s: training losses up to that evaluation %s, none %g%% '
-               'lower' % (first, losses, 100 * LOSS_MARGIN))
+        why = ('%s, which goes to %s: training losses up to that evaluation %s, none %g%% '
+               'lower' % (tie, first, losses, 100 * LOSS_MARGIN))
     return 'tried %s; %s goes on: %s' % (tried, winner, why)
 
 

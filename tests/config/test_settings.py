@@ -89,6 +89,13 @@ def test_bad_batch_arithmetic_is_one_user_error_naming_the_flag():
         settings.finalize(config, _facts(accumulation_steps=0))
     with pytest.raises(hparams_config.ConfigError, match='image_size'):
         settings.finalize(config.override({'image_size': 100}), _facts())
+    # --steps_file is read by one process; ranks would read it at different steps.
+    config = hparams_config.get_efficientdet_config()
+    with pytest.raises(settings.SettingsError, match='--steps_file is for one process; this '
+                       'run has 2 ranks'):
+        settings.finalize(config, _facts(ranks=2, steps_file='steps.json'))
+    assert settings.finalize(config, _facts(ranks=1, steps_file='s.json')).runtime.steps_file == (
+        's.json')
 
 
 def _learning_rates(final, steps):

@@ -44,7 +44,8 @@ def test_a_tie_goes_to_the_first_the_plans_own():
     assert winner == 'own'
     results = [{'name': 'own', 'AP50': 0.0001, 'step': 15, 'of_steps': 150, 'minutes': 1.2},
                {'name': 'other', 'AP50': 0.0004, 'step': 9, 'of_steps': 90, 'minutes': 1.2}]
-    assert search.result_line(results, 'own').endswith("a tie, which goes to the plan's own")
+    assert search.result_line(results, 'own').endswith(
+        "a tie (AP50s under 0.01: no ranking yet), which goes to the plan's own")
 
 
 def test_a_tie_is_broken_by_the_training_loss_at_the_rung():
@@ -66,9 +67,21 @@ def test_a_tie_is_broken_by_the_training_loss_at_the_rung():
     winner, _ = search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
                                           lambda name, rung: losses[name])
     assert winner == '128px-random'
+    # classes-20's third rung that day: AP50 0.0007 against 0.00014, both under SCORE_FLOOR: a
+    # tie, and the random start's loss 7% under the backbone's.
+    ap50.update({'128px': 0.0007, '128px-random': 0.00014})
+    losses.update({'128px': 1.589, '128px-random': 1.476})
+    winner, _ = search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
+                                          lambda name, rung: losses[name])
+    assert winner == '128px-random'
+    ap50['128px'] = 0.011  # Over the floor: the higher AP50 wins, whatever the loss.
+    winner, _ = search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
+                                          lambda name, rung: losses[name])
+    assert winner == '128px'
     ap50['128px'] = 0.0001
-    # The loss never overrules a higher AP50, nor decides without the plan's own's loss.
-    ap50['128px'], losses['128px-random'] = 0.002, 0.5
+    # The loss never overrules a higher AP50 (over the floor), nor decides without the plan's
+    # own's loss.
+    ap50['128px'], losses['128px-random'] = 0.02, 0.5
     assert search.successive_halving(list(ap50), lambda name, rung: ap50[name], 1,
                                      lambda name, rung: losses[name])[0] == '128px'
     ap50['128px'], losses['128px'] = 0.0, None
@@ -94,14 +107,20 @@ def test_the_result_line_says_how_a_tie_was_broken():
                {'name': '128px-random', 'AP50': 0.0, 'step': 164, 'of_steps': 1968,
                 'minutes': 1.5, 'loss': 0.98}]
     assert search.result_line(results, '128px-random').endswith(
-        '128px-random goes on: a tie in AP50, broken by the training loss up to that '
+        '128px-random goes on: a tie (AP50s under 0.01: no ranking yet) in AP50, broken by the '
+        'training loss up to that '
         'evaluation: 0.980 (128px-random) against 1.140 (128px); 2.5% lower or more goes on '
         'before the plan\'s own')
     results[1]['loss'] = 1.12
     assert search.result_line(results, '128px').endswith(
-        "128px goes on: a tie, which goes to the plan's own: training losses up to that "
+        "128px goes on: a tie (AP50s under 0.01: no ranking yet), which goes to the plan's own: "
+        "training losses up to that "
         "evaluation 1.140 (128px) against 1.120 (128px-random), none 2.5% lower")
     results[1]['loss'] = None
+    assert search.result_line(results, '128px').endswith(
+        "128px goes on: a tie (AP50s under 0.01: no ranking yet), which goes to the plan's own")
+    for result, ap50 in zip(results, (0.25, 0.2504)):  # A tie to the decimals printed.
+        result['AP50'] = ap50
     assert search.result_line(results, '128px').endswith(
         "128px goes on: a tie, which goes to the plan's own")
 

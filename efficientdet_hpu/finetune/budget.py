@@ -203,8 +203,8 @@ class RateProbe:
                          'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
                          'restart': worth_restarting(self.plan, evaluations, fit,
                                                      record['step'])}
-        if (self.shorten is not None and fit < self.plan.evaluations
-                and fit * self.plan.eval_interval > record['step']):
+        if (self.shorten is not None and not steps_asked(self.plan)
+                and fit < self.plan.evaluations and fit * self.plan.eval_interval > record['step']):
             # Cut in the running process, no start-up spent: to what fits without a restart,
             # even within TOLERANCE (the cosine then ends, where the time-budget stop cuts it).
             self.shortened = self.shorten(dict(self.decision, evaluations=fit))

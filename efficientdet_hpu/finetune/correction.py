@@ -7,6 +7,7 @@ import yaml
 
 from efficientdet_hpu.core import run_end
 from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import plan_file
 
 
 def _probed(plan, decision):
@@ -34,8 +35,9 @@ def shorten_in_place(runner, plan, decision):
     that plan, or None where a restart is needed: more steps, or a frozen backbone's steps
     the cut would move that are not over. decision: budget.RateProbe's, its evaluations
     those that fit without a restart."""
-    if decision['evaluations'] >= plan.evaluations:
-        return None
+    if (decision['evaluations'] >= plan.evaluations or budget.steps_asked(plan)
+            or plan_file.planned_evaluations(runner.layout.plan_yaml) != plan.evaluations):
+        return None  # Steps that --steps or --hparams set stay (the time budget stops them).
     corrected = _probed(plan, decision)
     if (corrected.freeze_steps != plan.freeze_steps
             and max(corrected.freeze_steps, plan.freeze_steps) > decision['step']):

@@ -110,3 +110,21 @@ def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
     assert cut.steps == 534
     assert run_end.read(runner.layout.steps_file) == {
         'total_steps': 534, 'warmup_steps': cut.warmup_steps, 'moving_average_decay': 0.95}
+
+
+def test_steps_the_user_set_are_not_cut(plan, tmp_path):
+    """--steps (the plan's steps line says so) or num_epochs by --hparams (plan.yaml's differs
+    from the plan's): the time budget stops such a run, nothing cuts it."""
+    runner = Runner(tmp_path, plan)
+    asked = dataclasses.replace(plan, reasons=tuple(
+        (topic, '890 steps of 8 images: asked with --steps' if topic == 'steps' else text)
+        for topic, text in plan.reasons))
+    called = []
+    probe = _probe(asked, tmp_path, 8.0, lambda decision: called.append(decision))
+    probe('step 125/890 ... 8.00 images/s')
+    assert probe.decision['fit'] < 10 and not called and probe.shortened is None
+    decision = {'evaluations': 6, 'step': 125, 'rate': 8.0, 'startup': 30.0}
+    assert correction.shorten_in_place(runner, asked, decision) is None
+    plan_file.set_evaluations(runner.layout.plan_yaml, 12)  # As --hparams num_epochs=12.
+    assert correction.shorten_in_place(runner, plan, decision) is None
+    assert run_end.read(runner.layout.steps_file) is None

@@ -76,6 +76,7 @@ def test_training_stops_at_the_budget_and_the_best_checkpoint_is_evaluated(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(1500)
 def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
     """The plan reads a cost table whose training rates are twice the package's (as a table

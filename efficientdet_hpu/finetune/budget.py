@@ -13,11 +13,11 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
                    their steps; the steps before run slower, the first holding the first
                    step's one-off cost), its start-up and an evaluation's seconds (at most the
-                   table's) against the cost table's. When fewer steps fit than planned and
-                   the cut leaves the warm-up and freeze as they are, the running main.py is
-                   told through its --steps_file (finetune/correction.py): it ends at the
-                   steps that fit, its cosine and moving average following, with no restart.
-                   Otherwise, when they differ from the
+                   table's) against the cost table's. When fewer steps fit than planned (and
+                   the cut moves no frozen steps still to come), the running main.py is told
+                   through its --steps_file (finetune/correction.py): it ends at the steps
+                   that fit, its warm-up, cosine and moving average following, with no
+                   restart. Otherwise, when they differ from the
                    plan's by more than TOLERANCE, training is stopped (SIGTERM: a checkpoint),
                    plan.yaml gets the new number of evaluations (and the schedule that follows
                    them) and main.py resumes from the checkpoint. Fewer fit by less: the time

@@ -72,39 +72,24 @@ def learning_rate_schedule(global_step, *, base_rate, warmup_init, warmup_steps,
     step = tf.cast(global_step, tf.float32)
     if decay_method == 'constant':
         return tf.constant(base_rate, tf.float32) + 0.0 * step
-    if decay_method == 'cosine' and not isinstance(total_steps, (int, float)):
-        return _moving_cosine(step, base_rate, warmup_init, warmup_steps, total_steps,
-                              cosine_from_warmup_end)
-    warmup_steps = int(warmup_steps)
+    moving = not isinstance(warmup_steps, (int, float))  # --steps_file's variables.
+    warmup = tf.cast(warmup_steps if moving else int(warmup_steps), tf.float32)
     if decay_method == 'cosine':
-        decay_span = float(max(total_steps - warmup_steps, 1))
+        decay_span = tf.maximum(tf.cast(total_steps, tf.float32) - warmup, 1.0)
         progress = step / decay_span
         if cosine_from_warmup_end:
-            progress = tf.clip_by_value((step - warmup_steps) / decay_span, 0.0, 1.0)
+            progress = tf.clip_by_value((step - warmup) / decay_span, 0.0, 1.0)
         decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
     else:
         decayed = tf.constant(base_rate, tf.float32) + 0.0 * step
         for multiplier, start in ((0.1, first_drop_step), (0.01, second_drop_step)):
             decayed = tf.where(step < float(start), decayed, base_rate * multiplier)
-    if warmup_steps <= 0:
+    if not moving and int(warmup_steps) <= 0:
         return decayed
-    warmup_rate = warmup_init + step / float(warmup_steps) * (base_rate - warmup_init)
+    warmup_rate = warmup_init + step / tf.maximum(warmup, 1.0) * (base_rate - warmup_init)
     if decay_method == 'stepwise':
         # automl's order: a drop that falls inside the warm-up wins over it.
         warmup_rate = tf.where(step < float(first_drop_step), warmup_rate, decayed)
-    return tf.where(step < warmup_steps, warmup_rate, decayed)
-
-
-def _moving_cosine(step, base_rate, warmup_init, warmup_steps, total_steps, from_warmup_end):
-    """The warm-up and cosine of learning_rate_schedule with their step counts read from
-    tensors (training/steps_file.py), the same formulas."""
-    warmup = tf.cast(warmup_steps, tf.float32)
-    decay_span = tf.maximum(tf.cast(total_steps, tf.float32) - warmup, 1.0)
-    progress = step / decay_span
-    if from_warmup_end:
-        progress = tf.clip_by_value((step - warmup) / decay_span, 0.0, 1.0)
-    decayed = 0.5 * base_rate * (1.0 + tf.cos(math.pi * progress))
-    warmup_rate = warmup_init + step / tf.maximum(warmup, 1.0) * (base_rate - warmup_init)
     return tf.where(step < warmup, warmup_rate, decayed)
 
 

@@ -34,6 +34,10 @@ GRID = (('efficientdet-lite0', (128, 192, 256, 320, 384, 512)),
         ('efficientdet-lite1', (384,)), ('efficientdet-lite2', (448,)),
         ('efficientdet-d0', (512,)))
 QUICK_GRID = (('efficientdet-lite0', (128,)),)
+# --quick checks that the command runs, not its figures: Lite0's backbone with a small BiFPN and
+# heads on levels 3-5, so that each of its main.py processes starts in about half the time.
+QUICK_NETWORK = ('min_level=3,max_level=5,fpn_num_filters=16,fpn_cell_repeats=1,'
+                 'box_class_repeats=1')
 BATCH = 8
 MEASURE_SECONDS = 40  # Measured steps per entry: about this long at the expected rate.
 EVAL_IMAGES, TRAIN_IMAGES = 32, 64
@@ -103,7 +107,8 @@ def training_rate(model, size, paths, env, quick):
             '--train_batch_size=%d' % BATCH, '--benchmark_steps=%d' % steps,
             '--benchmark_warmup_steps=%d' % warmup, '--log_every_n_steps=%d' % (steps + warmup),
             '--training_file_pattern=%s' % paths['train_pattern'],
-            '--hparams=image_size=%d' % size], env, 'training %s at %d px' % (model, size))
+            '--hparams=image_size=%d%s' % (size, ',' + QUICK_NETWORK if quick else '')], env,
+            'training %s at %d px' % (model, size))
     found = report.parse_result_lines(output)
     if not found:
         raise BenchError('training %s at %d px printed no BENCHMARK line:\n%s' % (
@@ -115,12 +120,13 @@ def training_rate(model, size, paths, env, quick):
             'peak_host_memory_mb': round(result['peak_host_memory_mb'])}
 
 
-def _evaluations(paths, model_dir, env, size, steps, eval_samples):
+def _evaluations(paths, model_dir, env, size, steps, eval_samples, quick):
     """A train_and_eval run of 2 evaluations: (seconds per evaluation, training images/s)."""
     flags = train_eval_bench.main_flags(
         model_dir, {'train_pattern': paths['train_pattern'], 'val_pattern': paths['val_pattern'],
                     'val_json': paths['val_annotations']},
-        model_name='efficientdet-lite0', image_size=size, hparams='', batch_size=BATCH,
+        model_name='efficientdet-lite0', image_size=size,
+        hparams=QUICK_NETWORK if quick else '', batch_size=BATCH,
         steps_per_eval=steps, evaluations=2)
     row = train_eval_bench.run_mode('train_and_eval', flags + ['--eval_samples=%d' % eval_samples],
                                     env)
@@ -137,8 +143,9 @@ def stage_costs(paths, directory, env, quick):
         images = len(json.load(stream)['images'])
     model_dir = os.path.join(directory, 'run')
     few = max(1, images // 4)
-    seconds_few, _ = _evaluations(paths, os.path.join(directory, 'few'), env, size, steps, few)
-    seconds_all, train_rate = _evaluations(paths, model_dir, env, size, steps, images)
+    seconds_few, _ = _evaluations(paths, os.path.join(directory, 'few'), env, size, steps, few,
+                                  quick)
+    seconds_all, train_rate = _evaluations(paths, model_dir, env, size, steps, images, quick)
     fixed, eval_rate = _two_points(few, images, seconds_few, seconds_all)
     output = os.path.join(directory, 'predict')
     predict, _ = _timed([sys.executable, 'inference.py', 'predict', '--model_dir=%s' % model_dir,

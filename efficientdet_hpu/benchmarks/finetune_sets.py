@@ -248,7 +248,7 @@ SETS = (
             'the photo, VOC', 6, 'demo', _few_grey),
 )
 QUICK_SETS = (
-    DataSet('quick-shapes', '24 colour photos of ~300 px, 4 classes, COCO + a val folder', 3,
+    DataSet('quick-shapes', '24 colour photos of ~300 px, 4 classes, COCO + a val folder', 2,
             'demo', _shapes_300),
 )
 

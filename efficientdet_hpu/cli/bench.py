@@ -102,8 +102,8 @@ def define_flags():
     flags.DEFINE_integer('eval_images', 16, 'train_and_eval: generated validation images.',
                          lower_bound=1)
     flags.DEFINE_bool('quick', False, 'suite, finetune_costs, finetune_suite, review_planted: '
-                      'few steps and '
-                      'images (checks that the command runs; not for numbers).')
+                      'few steps and images, and finetune_costs a smaller network (checks that '
+                      'the command runs; not for numbers).')
     flags.DEFINE_list('sets', [], 'finetune_suite: the sets to run (default: all).')
     flags.DEFINE_string('work_dir', None, 'finetune_suite: where its data and runs are kept and '
                         'reused (default runs/finetune-suite, -quick with --quick).')

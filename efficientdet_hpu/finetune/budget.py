@@ -215,16 +215,17 @@ class RateProbe:
         return self.decision['restart']
 
 
-def training_stop(deadline, final_seconds, probe=None, floor=60.0):
+def training_stop(deadline, final_seconds, probe=None, floor=60.0, load=1.0):
     """run_streaming's stop_after for training: a function answering the seconds from now to
     the time-budget stop, which leaves the whole-photo evaluation with the export
-    (`final_seconds`) before the deadline, times the load once `probe` has measured it (a
-    busier machine stops training sooner); at least `floor`."""
+    (`final_seconds`) before the deadline, times the load: the one `probe` measured once it
+    has, before that `load` (the stages before training's, stages_load), so that a busier
+    machine stops training sooner; at least `floor`."""
     started = time.time()
 
     def seconds():
-        load = probe.decision['load'] if probe is not None and probe.decision else 1.0
-        return max(floor, deadline - started - final_seconds * load)
+        measured = probe.decision['load'] if probe is not None and probe.decision else load
+        return max(floor, deadline - started - final_seconds * measured)
     return seconds
 
 

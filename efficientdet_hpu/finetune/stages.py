@@ -104,10 +104,12 @@ def training_record(model_dir, stopped, minutes):
             'images_per_second': None if rate is None else round(rate, 2)}
 
 
-def training_stage(runner, plan, deadline, last=None):
+def training_stage(runner, plan, deadline, last=None, load=1.0):
     """[4/6]: main.py with plan.yaml, its log shown; training.json when it ends. `last`: the
     search's last candidate (search.Last), trained first as this run until its rung decides;
-    when it lost there, the winner resumes."""
+    when it lost there, the winner resumes. `load`: the stages before training's measured
+    slowness (budget.stages_load), which the time-budget stop applies to the end's estimate
+    until the first steps measure it."""
     layout = runner.layout
     if os.path.exists(layout.training_json):
         with open(layout.training_json) as stream:
@@ -129,7 +131,7 @@ def training_stage(runner, plan, deadline, last=None):
                               shorten=lambda decision: correction.shorten_in_place(
                                   runner, (last and last.chosen) or plan, decision)))
     stop_after = (None if deadline is None
-                  else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS))
+                  else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS, load))
     timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None
                else 3 * planned + 3600) + GRACE_SECONDS
     first_args, stop_when = args, probe
@@ -139,7 +141,7 @@ def training_stage(runner, plan, deadline, last=None):
                                 stop_after=stop_after, stop_when=stop_when)
     if last is not None:
         if last.lost():  # Stopped at its rung (or before): the winner goes on.
-            return training_stage(runner, last.install(), deadline)
+            return training_stage(runner, last.install(), deadline, load=load)
         plan = last.chosen
         shutil.rmtree(layout.path('candidates'), ignore_errors=True)
     if probe is not None and probe.shortened is not None:  # Cut while main.py ran.
@@ -147,7 +149,7 @@ def training_stage(runner, plan, deadline, last=None):
     elif probe is not None and probe.decision is not None:
         plan = correction.after_probe(runner, plan, probe.decision)
         if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.
-            stop_after = budget.training_stop(deadline, final, probe, 60.0)
+            stop_after = budget.training_stop(deadline, final, probe, 60.0, load)
             _, stopped = runner.command(
                 'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
                 echo=True, stop_after=stop_after)
@@ -303,11 +305,12 @@ def _run(runner, options, after_plan=None):
     _stage(runner, 4, 'training: %d steps of %d images' % (plan.steps, plan.global_batch),
            _remaining(plan, 'start-up'), deadline)
     spent = runner.elapsed()  # The stages before training, measured.
+    load = budget.stages_load(plan, spent)
     plan, last = search.search_stage(runner, plan, deadline, prepare.plan_from_record, spent)
     if last is None:
         plan = budget.before_training(runner, plan, deadline,
                                       rerun.latest_step(layout.model_dir), spent)
-    training = training_stage(runner, plan, deadline, last)
+    training = training_stage(runner, plan, deadline, last, load)
     with open(layout.plan_json) as stream:  # Its steps as training last corrected them.
         plan = prepare.plan_from_record(json.load(stream))
     summary = _finish(runner, plan, record, training, deadline)

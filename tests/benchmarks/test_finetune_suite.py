@@ -70,7 +70,7 @@ def test_the_quick_suite_runs_both_sides(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     row = [line for line in report.read_text().splitlines() if 'quick-shapes' in line][0]
     cells = [cell.strip() for cell in row.strip('|').split('|')]
-    assert cells[0] == 'quick-shapes' and cells[1] == '3' and cells[4] == 'demo.yaml'
+    assert cells[0] == 'quick-shapes' and cells[1] == '2' and cells[4] == 'demo.yaml'
     for ap50 in (cells[2], cells[5]):
         assert 0.0 <= float(ap50) <= 1.0
     assert os.path.exists(tmp_path / 'runs' / 'quick-shapes' / 'finetune' / 'summary.json')

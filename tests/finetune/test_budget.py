@@ -196,6 +196,21 @@ def test_the_time_budget_stop_leaves_the_end_times_the_load_the_probe_measured()
     assert budget.training_stop(time.time() + 120.0, 60.0, None, floor=100.0)() == 100.0
 
 
+def test_before_the_probe_decides_the_stop_leaves_the_end_times_the_stages_load():
+    """The stages before training ran 2.5 times their estimate: until the first steps measure
+    the load, the stop leaves the end 2.5 times its estimate (a busy machine's end is slow too:
+    a four-minute run planned from a table four times too fast ended at 4.9 min when it left
+    the estimate as it was)."""
+    class _Probe:
+        decision = None
+    probe = _Probe()
+    stop = budget.training_stop(time.time() + 600.0, 60.0, probe, floor=100.0, load=2.5)
+    assert 449.0 < stop() <= 450.0
+    probe.decision = {'load': 2.0}
+    assert 479.0 < stop() <= 480.0  # The probe's, once measured.
+    assert 449.0 < budget.training_stop(time.time() + 600.0, 60.0, None, 100.0, 2.5)() <= 450.0
+
+
 def test_the_closing_line_says_how_much_of_the_budget_was_used():
     assert budget.used_line(19.4, 20, 'completed') == '  budget: 19.4 of 20 min used (97%)'
     assert budget.used_line(12.0, 20, 'early stop').endswith(

@@ -1,7 +1,8 @@
 """Preemption with real signals: SIGTERM to a one-process run and to one rank of a real
-`mpirun -np 2` run stops the job at one step agreed by the ranks, with the checkpoint of that
-step written and one line saying so; the rerun continues from it (under --deterministic to the
-same weights as an uninterrupted run); a second signal ends at once."""
+`mpirun -np 2` run, and SIGHUP to that run's launcher, stop the job at one step agreed by the
+ranks, with the checkpoint of that step written and one line saying so; the rerun continues
+from it (under --deterministic to the same weights as an uninterrupted run); a second signal
+ends at once."""
 import contextlib
 import os
 import re
@@ -16,6 +17,7 @@ import tensorflow as tf
 from cli_runs import (TWO_RANK_EPOCHS, python_env, run_main, run_process, started, tiny_flags,
                       two_rank_flags)
 from test_distributed_resume import RANK_CHECKSUM_RE, _kill_tree, _rank_pids, _wait_until
+from test_signals import signal_during_training
 
 pytestmark = pytest.mark.slow  # Real training processes, signalled.
 
@@ -99,10 +101,14 @@ def _final_checksums(output):
             for rank, step, checksum in RANK_CHECKSUM_RE.findall(output)}
 
 
-@pytest.mark.timeout(1800)  # Two mpirun trainings: the signalled one and its rerun.
-def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, two_rank_run,
-                                                               tmp_path):
-    """The rerun ends with the weights of conftest's two_rank_run, the same command run whole."""
+@pytest.mark.timeout(2400)  # Three mpirun trainings: two signalled, the last whole.
+def test_sigterm_to_one_rank_then_sighup_to_the_launcher_stop_both_ranks_at_one_step(
+        tiny_dataset, two_rank_run, tmp_path):
+    """SIGTERM to rank 1 of a real `mpirun -np 2` run stops both ranks at one step. The rerun
+    resumes there and is stopped by SIGHUP to the launcher (as a closed terminal sends it):
+    both ranks at the next step, every process of the run ended, the launcher's one line, exit
+    129. The second rerun ends with the weights of conftest's two_rank_run, the same command
+    run whole (one run signalled twice, not two: each mpirun start-up costs minutes here)."""
     total = 2 * TWO_RANK_EPOCHS  # 2 steps an epoch.
     launcher = ['demo_efficientdet.py', '--use_horovod', '2']
     log_path = str(tmp_path / 'signalled.log')
@@ -125,14 +131,31 @@ def test_sigterm_to_one_rank_of_mpirun_stops_both_at_one_step(tiny_dataset, two_
     assert returncode == SIGTERM_STATUS, output[-4000:]
     (stopped,) = STOP_RE.findall(output)
     step = int(stopped[0])
-    assert 2 <= step < total and _latest_step(model_dir) == step, output[-4000:]
+    assert 2 <= step < total - 1 and _latest_step(model_dir) == step, output[-4000:]
     final = _final_checksums(output)  # Both ranks ended at the stop step, equal weights.
     assert sorted(final) == [0, 1] and final[0] == final[1] and final[0][0] == step, final
 
-    rerun = run_process([sys.executable] + launcher + two_rank_flags(tiny_dataset, model_dir),
-                        timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    # SIGHUP once a rank has said it resumes: the first step's stop signal is agreed after it.
+    command = [sys.executable] + launcher + two_rank_flags(tiny_dataset, model_dir)
+    status, output, pids, _ = signal_during_training(
+        command, str(tmp_path / 'sighup.log'), lambda text: 'resuming from' in text,
+        [signal.SIGHUP], env={'TF_CPP_MIN_LOG_LEVEL': '2'})
+    assert status == 128 + signal.SIGHUP, output[-4000:]
+    assert len(pids) >= 4, pids  # The launcher, mpirun and the two ranks.
+    assert 'resuming from %s (step %d)' % (os.path.join(model_dir, 'model.ckpt-%d' % step),
+                                            step) in output, output[-4000:]
+    hup = _latest_step(model_dir)
+    assert step < hup < total, (step, hup, output[-4000:])
+    assert 'main.py: stopped by SIGHUP at step %d; checkpoint model.ckpt-%d written' % (
+        hup, hup) in output, output[-4000:]
+    line = ('demo_efficientdet.py: stopped by SIGHUP; checkpoint model.ckpt-%d kept in %s; '
+            'rerun the same command to continue' % (hup, model_dir))
+    assert output.count('demo_efficientdet.py: stopped by') == 1 and line in output, \
+        output[-4000:]
+
+    rerun = run_process(command, timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    assert 'resuming from' in rerun.stdout and min(_steps(rerun.stdout)) > step
+    assert 'resuming from' in rerun.stdout and min(_steps(rerun.stdout)) > hup
     resumed = _final_checksums(rerun.stdout)
     uninterrupted = _final_checksums(two_rank_run['output'])
     assert resumed[0] == resumed[1] == uninterrupted[0] == uninterrupted[1], (

@@ -1,10 +1,10 @@
 """A stop signal to a command that starts processes, sent during training, as `kill`, `timeout`,
 Kubernetes or a closed terminal send it: every process of the run ends within the deadline,
 main.py keeps the checkpoint of the step it is at, the command says so in one line and exits
-128+N, and the same command run again goes on from that checkpoint. One signal per command
-(the three signals across the three commands): SIGTERM to the fine-tune, SIGHUP to the
-launcher's real `mpirun -np 2` run, SIGINT to bench; and a second signal once (the fine-tune's
-rerun), which ends everything at once."""
+128+N, and the same command run again goes on from that checkpoint. One signal per command:
+SIGTERM to the fine-tune, SIGINT to bench (SIGHUP to the launcher's real `mpirun -np 2` run:
+test_preemption_signals.py, which signals that run twice); and a second signal once (the
+fine-tune's rerun), which ends everything at once."""
 import glob
 import os
 import re
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cli_runs import TINY_HPARAMS, python_env, signalled, started, tiny_flags
+from cli_runs import TINY_HPARAMS, python_env, signalled, started
 from efficientdet_hpu.core import processes
 from test_finetune import make_coco
 
@@ -66,7 +66,7 @@ def _latest_step(model_dir):
     return int(found.group(1)) if found else None
 
 
-def _signal_during_training(command, log_path, ready, signals, gap=0.0, env=None):
+def signal_during_training(command, log_path, ready, signals, gap=0.0, env=None):
     """Starts `command` (its output to log_path), waits until ready(output), records every
     process of the run, sends `signals` to the command (gap seconds apart); returns (exit
     status, output, the pids recorded, seconds from the first signal to the command's end)."""
@@ -91,7 +91,7 @@ def test_sigterm_to_the_finetune_keeps_the_step_and_the_rerun_goes_on(tmp_path):
                 'cp_every_n_steps=1000,early_stop_patience=0')
     command = [sys.executable, 'finetune.py', '--data=%s' % data, '--output_dir=%s' % out,
                '--steps=2000', '--hparams=%s,%s' % (TINY_HPARAMS, schedule)]
-    status, output, pids, _ = _signal_during_training(
+    status, output, pids, _ = signal_during_training(
         command, str(tmp_path / 'first.log'), lambda text: max(_steps(text) or [0]) >= 3,
         [signal.SIGTERM])
     assert status == 143, output[-4000:]
@@ -106,7 +106,7 @@ def test_sigterm_to_the_finetune_keeps_the_step_and_the_rerun_goes_on(tmp_path):
     assert len(pids) >= 2 and 'Traceback' not in output
     assert not os.path.exists(out / 'training.json')  # The rerun trains on.
 
-    status, output, pids, seconds = _signal_during_training(
+    status, output, pids, seconds = signal_during_training(
         command, str(tmp_path / 'rerun.log'), lambda text: RESUMED_RE.search(text),
         [signal.SIGTERM, signal.SIGTERM], gap=processes.SAME_STOP_SECONDS + 0.5)
     assert [int(n) for n in RESUMED_RE.search(output).groups()] == [step, step], output[-4000:]
@@ -114,40 +114,6 @@ def test_sigterm_to_the_finetune_keeps_the_step_and_the_rerun_goes_on(tmp_path):
     assert ('finetune: stopped by SIGTERM during training at step ' in output
             and '(a second stop signal: its processes were killed at once)' in output), \
         output[-4000:]
-
-
-@pytest.mark.timeout(1800)  # Two 2-rank start-ups: 17 min of a run measured at load 10.
-def test_sighup_to_the_launcher_stops_both_ranks_at_one_step_and_the_rerun_resumes(
-        tiny_dataset, tmp_path):
-    model_dir = str(tmp_path / 'model')
-    launcher = [sys.executable, 'demo_efficientdet.py', '--use_horovod', '2']
-
-    def flags(epochs):  # 8 examples per epoch at global batch 4: 2 steps per epoch.
-        return tiny_flags(tiny_dataset, model_dir, '--mode=train',
-                          '--num_examples_per_epoch=8', '--num_epochs=%d' % epochs)
-
-    status, output, pids, _ = _signal_during_training(
-        launcher + flags(1000), str(tmp_path / 'signalled.log'),
-        lambda text: max(_steps(text) or [0]) >= 2, [signal.SIGHUP],
-        env={'TF_CPP_MIN_LOG_LEVEL': '2'})
-    assert status == 129, output[-4000:]
-    step = _latest_step(model_dir)
-    assert step is not None and step >= 2, output[-4000:]
-    assert len(pids) >= 4, pids  # The launcher, mpirun and the two ranks.
-    assert 'main.py: stopped by SIGHUP at step %d; checkpoint model.ckpt-%d written' % (
-        step, step) in output, output[-4000:]
-    line = ('demo_efficientdet.py: stopped by SIGHUP; checkpoint model.ckpt-%d kept in %s; '
-            'rerun the same command to continue' % (step, model_dir))
-    assert output.count('demo_efficientdet.py: stopped by') == 1 and line in output, \
-        output[-4000:]
-
-    epochs = step // 2 + 1  # One or two steps more.
-    rerun = processes.run(launcher + flags(epochs), 900, env=python_env(
-        {'TF_CPP_MIN_LOG_LEVEL': '2'}))
-    assert rerun.returncode == 0, rerun.stdout[-4000:]
-    assert 'resuming from %s (step %d)' % (os.path.join(model_dir, 'model.ckpt-%d' % step),
-                                            step) in rerun.stdout, rerun.stdout[-4000:]
-    assert _latest_step(model_dir) == 2 * epochs > step
 
 
 def test_sigint_to_bench_ends_its_runs_and_says_so(tmp_path):
@@ -160,7 +126,7 @@ def test_sigint_to_bench_ends_its_runs_and_says_so(tmp_path):
 
     def training(_):
         return glob.glob(str(tmp_path / 'bench-train-*' / 'model.ckpt-0.index'))
-    status, output, pids, _ = _signal_during_training(
+    status, output, pids, _ = signal_during_training(
         command, str(tmp_path / 'bench.log'), training, [signal.SIGINT],
         env={'TMPDIR': str(tmp_path)})
     assert status == 130, output[-4000:]

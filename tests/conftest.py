@@ -35,10 +35,16 @@ SLOW_FIXTURES = frozenset({'tiny_trained_run', 'profiled_run', 'train_and_eval_r
 
 
 def pytest_configure(config):  # pylint: disable=unused-argument
-    """The commands the tests start see SIGINT and SIGHUP as from a terminal. A suite started in
-    the background of a script (`make test &`) or under nohup inherits them ignored, and a
-    command keeps a signal ignored from its start ignored (core/processes.py, as nohup asks), so
-    the tests that send them would wait in vain. Handled here, they are default in each child."""
+    """Grappler is off (below). The commands the tests start see SIGINT and SIGHUP as from a
+    terminal: a suite started in the background of a script (`make test &`) or under nohup
+    inherits them ignored, and a command keeps a signal ignored from its start ignored
+    (core/processes.py, as nohup asks), so the tests that send them would wait in vain. Handled
+    here, they are default in each child."""
+    # Grappler off in every command the tests start (engine/setup.py, docs/training.md): about
+    # 6 s less of each start-up, which is most of a tiny run. The tests of a run as users run it
+    # (test_training.py's train_and_eval run, the time budget's in test_finetune_budget.py) set
+    # it on; test_session_config.py checks both.
+    os.environ.setdefault('EFFICIENTDET_GRAPPLER', 'off')
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:

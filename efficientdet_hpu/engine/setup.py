@@ -223,6 +223,22 @@ def _note_schedule(model_dir, schedule):
     resume_check.write_schedule(model_dir, schedule)
 
 
+# EFFICIENTDET_GRAPPLER=off: no Grappler pass in the training and evaluation sessions. Grappler
+# optimises each new fetch of a session (the training step, each checkpoint's save, each
+# evaluation) before its first run: seconds of every start-up, which a short run (a smoke test,
+# CI) does not win back. docs/training.md says what it costs and saves.
+GRAPPLER_ENV = 'EFFICIENTDET_GRAPPLER'
+
+
+def grappler_off():
+    """True when GRAPPLER_ENV is 'off'; 'on' or unset is Grappler as TensorFlow runs it."""
+    value = os.environ.get(GRAPPLER_ENV, 'on').strip().lower()
+    if value not in ('on', 'off'):
+        raise UserError('%s=%s: set it to on or off (off: no Grappler pass, a shorter start-up '
+                        'for short runs)' % (GRAPPLER_ENV, os.environ[GRAPPLER_ENV]))
+    return value == 'off'
+
+
 def session_config(device, use_xla=False):
     """The session of each rank: its share of this box's cores; on a GPU box, as Horovod's
     guide sets it up, only the rank's own GPU (visible_device_list = local rank, so N ranks do
@@ -245,6 +261,8 @@ def session_config(device, use_xla=False):
         rewrite = session_config.graph_options.rewrite_options
         rewrite.layout_optimizer = rewrite.OFF
         rewrite.memory_optimization = rewrite.NO_MEM_OPT
+    if grappler_off():
+        session_config.graph_options.rewrite_options.disable_meta_optimizer = True
     if use_xla:
         session_config.graph_options.optimizer_options.global_jit_level = (
             tf1.OptimizerOptions.ON_1)

@@ -22,6 +22,12 @@ from test_finetune import make_coco
 TINY_MODEL = 'min_level=3,max_level=5,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1'
 
 
+@pytest.fixture(autouse=True)
+def grappler_as_users_run_it(monkeypatch):
+    """The cost table is of runs with Grappler on (the suite turns it off: conftest.py)."""
+    monkeypatch.setenv('EFFICIENTDET_GRAPPLER', 'on')
+
+
 def _summary(out):
     with open(os.path.join(out, 'summary.json')) as stream:
         return json.load(stream)

@@ -28,10 +28,11 @@ def _records(model_dir, event):
 def train_and_eval_run(tiny_dataset, tmp_path_factory):
     """One epoch (2 steps) of train_and_eval; shared by the tests that inspect its outputs.
     Not conftest's shared runs: tiny_trained_run does not evaluate, profiled_run profiles step
-    2 (the plain train_and_eval output is what these tests check)."""
+    2 (the plain train_and_eval output is what these tests check). With Grappler on, as users
+    run it (the suite turns it off: conftest.py)."""
     model_dir = str(tmp_path_factory.mktemp('train_and_eval'))
     result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
-                                 '--num_epochs=1'))
+                                 '--num_epochs=1'), env={'EFFICIENTDET_GRAPPLER': 'on'})
     assert result.returncode == 0, result.stdout[-5000:]
     return model_dir, result.stdout
 

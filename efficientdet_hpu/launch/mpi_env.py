@@ -16,11 +16,12 @@ _RANK_NAMES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_
 # Passed to every rank with -x when set: Python and the libraries' search paths, then the
 # variables of TensorFlow, Horovod and Habana's stack (graph compiler GC_*, TPC kernels TPC_*,
 # SynapseAI SYN*, the Habana TF bridge HBN*, HCL/HCCL and its NCCL emulation, LOG_LEVEL_* and
-# ENABLE_CONSOLE of the Habana logger), as Habana's launcher scripts forward them; and where a
-# multi-box job's ranks write their heartbeats (launch/heartbeat.py).
+# ENABLE_CONSOLE of the Habana logger), as Habana's launcher scripts forward them; where a
+# multi-box job's ranks write their heartbeats (launch/heartbeat.py); and Grappler on or off
+# (engine/setup.py), which every rank must run alike.
 EXPORTED_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
                   "HCL_CONFIG_PATH", "ENABLE_CONSOLE", "MULTI_HLS_IPS",
-                  "EFFICIENTDET_HEARTBEAT_DIR")
+                  "EFFICIENTDET_HEARTBEAT_DIR", "EFFICIENTDET_GRAPPLER")
 EXPORTED_PREFIXES = ("TF_", "HOROVOD_", "HABANA_", "HCL_", "HCCL_", "NCCL", "GC_", "TPC_", "SYN",
                      "HBN", "LOG_LEVEL_")
 

@@ -114,14 +114,15 @@ def test_without_use_horovod_main_runs_as_one_process(tmp_path):
 def test_one_box_command(tmp_path):
     env = plain_env(PYTHONPATH="/src", VIRTUAL_ENV="/venv", TF_CPP_MIN_LOG_LEVEL="2",
                     HOROVOD_CYCLE_TIME="1", HABANA_LOGS="/logs", HCCL_COMM_ID="x",
-                    UNRELATED="not exported")
+                    EFFICIENTDET_GRAPPLER="off", UNRELATED="not exported")
     launch = build(["--use_horovod", "4", f"--model_dir={tmp_path}", "--hparams=a=1"], env,
                    cores=16)
     hcl_path = str(tmp_path / "hcl_config_4.json")
     assert launch.command == [
         *HEAD, "--bind-to", "core", "--map-by", "socket:PE=4", "-np", "4",
         *exports(["PATH", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED", "HCL_CONFIG_PATH",
-                  "EFFICIENTDET_HEARTBEAT_DIR", "HABANA_LOGS", "HCCL_COMM_ID", "HOROVOD_CYCLE_TIME", "TF_CPP_MIN_LOG_LEVEL"]),
+                  "EFFICIENTDET_HEARTBEAT_DIR", "EFFICIENTDET_GRAPPLER", "HABANA_LOGS",
+                  "HCCL_COMM_ID", "HOROVOD_CYCLE_TIME", "TF_CPP_MIN_LOG_LEVEL"]),
         sys.executable, ECHO, f"--model_dir={tmp_path}", "--hparams=a=1"]
     assert launch.env["HCL_CONFIG_PATH"] == hcl_path
     assert launch.env["UNRELATED"] == "not exported"  # in mpirun's env, not sent to ranks

@@ -1,6 +1,9 @@
 """SIGKILL one rank of a real `mpirun -np 2` training run, then rerun the same command: the job
 stops, the last checkpoint named in `checkpoint` is whole, and the rerun resumes from it on
-both ranks."""
+both ranks. The rerun then meets the other fault of a one-box job: its rank 1 stopped
+(SIGSTOP), which the launcher's heartbeat watch names after the stall time-out (the same on a
+second box: test_multibox_stalls.py). A rerun that ends whole, with both ranks' weights equal to
+an uninterrupted run's: test_preemption_signals.py."""
 import contextlib
 import os
 import re
@@ -13,13 +16,16 @@ import pytest
 import tensorflow as tf
 
 from cli_runs import python_env, started, tiny_flags
+from test_multibox import act_on_second_box_rank, end_process, ranks_of
 
 pytestmark = pytest.mark.slow  # Real mpirun -np 2 training, killed and rerun.
 
 RANK_CHECKSUM_RE = re.compile(
     r'\[\d+,(\d+)\]<std(?:out|err)>:.*final weights at step (\d+): checksum (\S+)')
 STEP_RE = re.compile(r'step (\d+)/\d+ loss')
-TOTAL_STEPS = 6  # 2 steps per epoch x 3 epochs: still running when step 2 is checkpointed.
+TOTAL_STEPS = 100  # 2 steps per epoch x 50 epochs: running when it is killed, then stopped.
+# The user's stall time-out: the watch's is what is tested, not its length (launch/heartbeat.py).
+STALL = {'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS': '20'}
 
 
 @contextlib.contextmanager
@@ -28,7 +34,7 @@ def _launched(flags, log_path):
     the block), its output (mpirun's --tag-output) to log_path."""
     with open(log_path, 'w') as log, started(
             [sys.executable, 'demo_efficientdet.py', '--use_horovod', '2'] + flags,
-            env=python_env(), stdout=log, stderr=subprocess.STDOUT) as launcher:
+            env=python_env(STALL), stdout=log, stderr=subprocess.STDOUT) as launcher:
         yield launcher
 
 
@@ -96,7 +102,9 @@ def _checkpointed_step(model_dir):
     return int(latest.rsplit('-', 1)[1]) if latest else 0
 
 
-def test_killing_rank1_stops_the_job_and_the_rerun_resumes_on_both_ranks(tiny_dataset, tmp_path):
+@pytest.mark.timeout(1500)  # Two mpirun trainings, the second ended by the stall time-out.
+def test_killing_rank1_stops_the_job_the_rerun_resumes_and_a_stopped_rank_1_ends_it(
+        tiny_dataset, tmp_path):
     model_dir = str(tmp_path / 'model')
     # 2 per rank (tiny_flags), global batch 4; 8 examples per epoch -> 2 steps per epoch.
     flags = tiny_flags(tiny_dataset, model_dir, '--mode=train',
@@ -131,20 +139,33 @@ def test_killing_rank1_stops_the_job_and_the_rerun_resumes_on_both_ranks(tiny_da
         reader.get_tensor(name)  # Every tensor is readable: the checkpoint is whole.
     assert reader.get_tensor('global_step') == killed_at
 
+    # The rerun resumes on both ranks; once both have trained past the resumed step (one rank
+    # alone cannot: every step all-reduces), rank 1 is stopped.
+    stopped = {}
+    stopper = act_on_second_box_rank(model_dir, signal.SIGSTOP, stopped,
+                                     after_step=killed_at + 2, host=None)
     log_path = str(tmp_path / 'rerun.log')
-    with _launched(flags, log_path) as launcher:
-        try:
-            returncode = launcher.wait(timeout=900)
-        finally:
-            _kill_tree(launcher, [])
-    output = open(log_path).read()
-    assert returncode == 0, output[-6000:]
-    assert 'resuming from %s (step %d)' % (latest, killed_at) in output, output[-4000:]
-    # A fresh start would first log step 2 (<= killed_at): the first step is not logged.
-    steps = [int(step) for step in STEP_RE.findall(output)]
-    assert steps and min(steps) > killed_at and max(steps) == TOTAL_STEPS, steps
-    final = {int(rank): (int(step), checksum)
-             for rank, step, checksum in RANK_CHECKSUM_RE.findall(output)}
-    assert sorted(final) == [0, 1], output[-4000:]
-    assert final[0] == final[1] and final[0][0] == TOTAL_STEPS, final
-    assert _checkpointed_step(model_dir) == TOTAL_STEPS
+    try:
+        with _launched(flags, log_path) as launcher:
+            try:
+                returncode = launcher.wait(timeout=900)
+                ended = time.monotonic()
+            finally:
+                _kill_tree(launcher, [])
+        stopper.join(timeout=10)
+        output = open(log_path).read()
+        assert stopped, 'rank 1 was never stopped: %s' % output[-4000:]
+        assert returncode != 0, output[-4000:]
+        assert 'resuming from %s (step %d)' % (latest, killed_at) in output, output[-4000:]
+        # A fresh start would first log step 2 (<= killed_at): the first step is not logged.
+        steps = [int(step) for step in STEP_RE.findall(output)]
+        assert steps and min(steps) > killed_at, steps
+        assert _checkpointed_step(model_dir) >= killed_at + 2  # both ranks went on, then kept
+        assert ('demo_efficientdet.py: rank 1 of 2 (on localhost, pid %d) has not answered for'
+                % stopped['pid']) in output, output[-4000:]
+        assert 15 <= ended - stopped['at'] < 20 + 60, ended - stopped['at']
+        assert not ranks_of(model_dir), 'ranks outlived the job'
+        assert not os.path.exists(os.path.join(model_dir, 'heartbeat'))  # local, and removed
+    finally:
+        if stopped:
+            end_process(stopped['pid'])

@@ -20,10 +20,11 @@ import time
 
 import pytest
 
-from cli_runs import REPO, assert_one_line_error, run_process, tiny_flags
+from cli_runs import REPO, assert_one_line_error, run_process, run_python, tiny_flags
 from efficientdet_hpu.cli import demo_efficientdet as launcher
 from efficientdet_hpu.launch import ClusterConfigError, LaunchError, heartbeat, network, ssh_preflight
 from ssh_hosts import BARE_HOST, SECOND_HOST, UNREACHABLE_HOST, ssh_hosts  # noqa: F401
+from test_train_and_eval import evaluate_alone, metrics
 
 LAUNCHER = os.path.join(REPO, 'demo_efficientdet.py')
 STEP_RE = re.compile(r'step (\d+)/\d+ loss')
@@ -320,8 +321,9 @@ def test_two_boxes_train_and_evaluate_and_a_killed_rank_ends_the_job_the_rerun_r
         ssh_hosts, tiny_dataset, tmp_path):  # noqa: F811
     """Habana's multi-box command (MULTI_HLS_IPS, one rank per box; --hostfile: above): the rank
     on the second box killed after the first checkpoint ends the job; the same command again
-    resumes from that checkpoint on both boxes, trains and evaluates to the end. One job for both
-    halves: a second box's job is the suite's costliest start."""
+    resumes from that checkpoint on both boxes, trains and evaluates to the end, as a separate
+    evaluation of its last checkpoint does. One job for both halves: a second box's job is the
+    suite's costliest start."""
     model_dir = str(tmp_path / 'model')
     flags = ['--use_horovod', '1'] + tiny_flags(
         tiny_dataset, model_dir, '--mode=train_and_eval', '--num_examples_per_epoch=8',
@@ -349,7 +351,11 @@ def test_two_boxes_train_and_evaluate_and_a_killed_rank_ends_the_job_the_rerun_r
     final = {int(rank): (int(step), checksum) for rank, step, checksum in CHECKSUM_RE.findall(output)}
     assert sorted(final) == [0, 1] and final[0] == final[1], output[-4000:]
     assert final[0][0] == TOTAL_STEPS, output[-4000:]
-    # Evaluation is distributed (each rank its shard), scored once by rank 0.
+    # Evaluation is distributed (each rank its shard), in the training session, scored once by
+    # rank 0; its metrics equal a separate `--mode=eval` of that checkpoint under mpirun.
+    assert re.search(r'train_and_eval: evaluations at steps [0-9, and]*%d, in the training '
+                     r'session' % TOTAL_STEPS, output), output[-4000:]
+    assert len([line for line in output.splitlines() if 'wall time ' in line]) == 1  # Rank 0's.
     last = 'model.ckpt-%d' % TOTAL_STEPS
     assert re.search(r'\[1,1\]<std(out|err)>:.*\[rank 1/2\] evaluating %s' % last, output)
     assert ('[1,0]<stdout>:COCO evaluation of %s (step %d, 8 images)' % (last, TOTAL_STEPS)
@@ -361,5 +367,11 @@ def test_two_boxes_train_and_evaluate_and_a_killed_rank_ends_the_job_the_rerun_r
     assert len(rerun) == len(set(rerun)) and rerun[-2:] == [
         ('eval', TOTAL_STEPS), ('wall_time', TOTAL_STEPS)], records
     assert checkpointed_step(model_dir) == TOTAL_STEPS
+    alone = evaluate_alone(model_dir, TOTAL_STEPS, tmp_path, lambda copy: run_python(
+        ['demo_efficientdet.py', '--use_horovod', '2'] + tiny_flags(
+            tiny_dataset, copy, '--mode=eval', '--num_examples_per_epoch=8',
+            '--num_epochs=%d' % (TOTAL_STEPS // 2), '--eval_timeout=1', '--min_eval_interval=0'),
+        timeout=900))
+    assert alone == metrics(model_dir, TOTAL_STEPS)
     # Heartbeats are removed with the job.
     assert not os.listdir(os.path.join(model_dir, 'heartbeat'))

@@ -1,6 +1,7 @@
 """train_and_eval evaluates inside the training session (engine/training_eval.py): every
 evaluation's metrics equal those of a separate `--mode=eval` of the same checkpoint, in one
-process and under a real `mpirun -np 2`; the run's wall time line and record."""
+process (under a real mpirun, ranks on two boxes: test_multibox.py); the run's wall time line
+and record."""
 import glob
 import json
 import os
@@ -8,18 +9,14 @@ import shutil
 
 import pytest
 
-from cli_runs import run_main, run_python, tiny_flags
+from cli_runs import run_main, tiny_flags
 
 pytestmark = pytest.mark.slow  # Real training and evaluation processes.
 
 IN_SESSION_LINE = 'train_and_eval: evaluations at steps %s, in the training session'
 
 
-def _launch(flags, timeout=900):
-    return run_python(['demo_efficientdet.py', '--use_horovod', '2'] + flags, timeout=timeout)
-
-
-def _metrics(model_dir, step):
+def metrics(model_dir, step):
     with open(os.path.join(model_dir, 'eval', 'metrics-%d.json' % step)) as f:
         return json.load(f)['metrics']
 
@@ -29,7 +26,7 @@ def _records(model_dir, event):
         return [record for record in map(json.loads, f) if record['event'] == event]
 
 
-def _evaluate_alone(model_dir, step, tmp_path, evaluate):
+def evaluate_alone(model_dir, step, tmp_path, evaluate):
     """Metrics of `--mode=eval` (through `evaluate(model_dir) -> CompletedProcess`) of
     model_dir's checkpoint of `step`, in a copy whose checkpoint list names only it and
     that holds no evaluation."""
@@ -44,7 +41,7 @@ def _evaluate_alone(model_dir, step, tmp_path, evaluate):
     assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(copy, 'eval',
                                                                        'metrics-*.json'))) == [
         'metrics-%d.json' % step]
-    return _metrics(copy, step)
+    return metrics(copy, step)
 
 
 @pytest.fixture(scope='module')
@@ -63,10 +60,10 @@ def test_each_evaluation_equals_a_separate_eval_of_its_checkpoint(one_process_ru
     assert IN_SESSION_LINE % '2, 4 and 6' in output
     assert [r['step'] for r in _records(model_dir, 'eval')] == [2, 4, 6]
     for step in (2, 4, 6):
-        alone = _evaluate_alone(model_dir, step, tmp_path, lambda copy: run_main(tiny_flags(
+        alone = evaluate_alone(model_dir, step, tmp_path, lambda copy: run_main(tiny_flags(
             tiny_dataset, copy, '--mode=eval', '--num_epochs=3', '--eval_timeout=1',
             '--min_eval_interval=0')))
-        assert alone == _metrics(model_dir, step), step
+        assert alone == metrics(model_dir, step), step
         (record,) = [r for r in _records(model_dir, 'eval') if r['step'] == step]
         assert {key: record[key] for key in alone} == alone
 
@@ -83,30 +80,3 @@ def test_the_run_says_where_its_wall_time_went(one_process_run):
     (line,) = [l for l in output.splitlines() if l.startswith('wall time ')]
     assert line.startswith('wall time %.1f s: start-up %.1f s (' % (record['wall_sec'],
                                                                     record['startup_sec']))
-
-
-@pytest.fixture(scope='module')
-def two_rank_run(tiny_dataset, tmp_path_factory):
-    """2 epochs of train_and_eval under mpirun -np 2 (2 per rank, 8 images an epoch: 2
-    steps): evaluations at 2 and 4, every rank predicting its shard."""
-    model_dir = str(tmp_path_factory.mktemp('in_session_hvd'))
-    result = _launch(tiny_flags(tiny_dataset, model_dir, '--mode=train_and_eval',
-                                '--num_epochs=2', '--num_examples_per_epoch=8'))
-    assert result.returncode == 0, result.stdout[-6000:]
-    return model_dir, result.stdout
-
-
-@pytest.mark.timeout(1200)  # Two mpirun jobs.
-def test_under_mpirun_each_evaluation_equals_a_separate_eval(two_rank_run, tiny_dataset,
-                                                             tmp_path):
-    model_dir, output = two_rank_run
-    assert IN_SESSION_LINE % '2 and 4' in output
-    assert '[rank 1/2] evaluating model.ckpt-4 (step 4)' in output  # Rank 1 predicts too.
-    assert [r['step'] for r in _records(model_dir, 'eval')] == [2, 4]
-    assert len([l for l in output.splitlines() if 'wall time ' in l]) == 1  # Rank 0's.
-    # The second evaluation, which follows one in the same session (the first is compared in
-    # one process above): a separate mpirun job each costs two TensorFlow start-ups.
-    alone = _evaluate_alone(model_dir, 4, tmp_path, lambda copy: _launch(tiny_flags(
-        tiny_dataset, copy, '--mode=eval', '--num_epochs=2', '--num_examples_per_epoch=8',
-        '--eval_timeout=1', '--min_eval_interval=0')))
-    assert alone == _metrics(model_dir, 4)

@@ -125,7 +125,9 @@ class Runner:
 
     def command(self, name, kind, args, timeout, echo=False, stop_after=None, stop_when=None):
         """Runs `python -m MODULES[kind] args...`; returns (status, stopped by stop_after or
-        by stop_when, a function of each line: processes.run_streaming).
+        by stop_when, a function of each line: processes.run_streaming). A stop sent once the
+        command had done its work (exit status 0: main.py past its last step) stopped nothing:
+        stopped is False then (a stopped main.py exits non-zero, its checkpoint written).
         A status 2 with a one-line error raises ChildUserError, any other failure but the
         stop StageFailed (both name logs/<name>.log); a stop signal processes.Stopped, once
         the command has ended (cli/finetune.py's processes.stops_forwarded)."""
@@ -151,7 +153,7 @@ class Runner:
                                   'stopped; its output: %s' % (name, timeout / 60.0,
                                                                log_path)) from None
         if status == 0 or stopped:
-            return status, stopped
+            return status, stopped and status != 0
         line = error_line(tail)
         if status == 2 and line:
             raise ChildUserError(line)

@@ -137,11 +137,8 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
     first_args, stop_when = args, probe
     if last is not None:
         first_args, stop_when = last.args() + verbose + moved, last.stop_when(probe)
-    status, stopped = runner.command('train', 'train', first_args, timeout, echo=True,
-                                     stop_after=stop_after, stop_when=stop_when)
-    # A stop that came once main.py had trained its last step did not stop the training: it
-    # exits 0 having completed (a stopped main.py exits non-zero, its checkpoint written).
-    stopped = stopped and status != 0
+    _, stopped = runner.command('train', 'train', first_args, timeout, echo=True,
+                                stop_after=stop_after, stop_when=stop_when)
     if last is not None:
         if last.lost():  # Stopped at its rung (or before): the winner goes on.
             return training_stage(runner, last.install(), deadline, load=load)
@@ -153,10 +150,9 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
         plan = correction.after_probe(runner, plan, probe.decision)
         if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.
             stop_after = budget.training_stop(deadline, final, probe, 60.0, load)
-            status, stopped = runner.command(
+            _, stopped = runner.command(
                 'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
                 echo=True, stop_after=stop_after)
-            stopped = stopped and status != 0
     record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0)
     if record['step'] is None:
         raise UserError('training wrote no checkpoint before the time budget ended; give a '

@@ -91,9 +91,9 @@ def define_flags():
                       'its shard and index named.')
     flags.DEFINE_string('steps_file', None, 'A JSON file another process may write while this '
                         'run trains, {"total_steps": N, "warmup_steps": W, '
-                        '"moving_average_decay": D}: the run then ends at step N (fewer only), '
-                        'its warm-up, cosine and moving average following, without a restart. '
-                        'efficientdet-finetune writes it; one process only.')
+                        '"moving_average_decay": D}: the run then ends at step N, sooner or '
+                        'later, its warm-up, cosine, moving average and evaluations following, '
+                        'without a restart. efficientdet-finetune writes it; one process only.')
     flags.DEFINE_bool('verbose', False, "TensorFlow's own log lines and deprecation notices, "
                       'and tracebacks with error messages.')
 

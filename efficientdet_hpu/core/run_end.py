@@ -38,6 +38,6 @@ def read(path):
 
 
 def target_steps(path, total_steps):
-    """The run's last step: the file's when it holds fewer, else `total_steps`."""
+    """The run's last step: the file's when it holds one, else `total_steps` (the plan's)."""
     record = read(path) if path else None
-    return min(total_steps, record[TOTAL_STEPS]) if record else total_steps
+    return record[TOTAL_STEPS] if record else total_steps

@@ -50,9 +50,13 @@ class TrainLogHook(tf1.train.SessionRunHook):
         self._meter = progress.Meter(total_steps)  # Marked where the rate is measured from.
         self._paused_at = None  # The clock restarts at the next before_run.
 
-    def retarget(self, total_steps):
-        """The run now ends at `total_steps` (training/steps_file.py)."""
-        self._total_steps = self._stop_step = self._meter.total = total_steps
+    def retarget(self, total_steps, stop_step, pause_steps=None):
+        """The run now ends at `total_steps`, this train() call at `stop_step`, and pauses at
+        `pause_steps` when given (training/steps_file.py)."""
+        self._total_steps = self._meter.total = total_steps
+        self._stop_step = stop_step
+        if pause_steps is not None:
+            self._pause_steps = frozenset(pause_steps)
 
     def begin(self):
         self._scalars = tf1.get_collection(det_model_fn.TRAIN_LOG_COLLECTION)
@@ -293,11 +297,12 @@ def checkpoint_hook(run, clock=None):
                           config.checkpoint_save_graph_def, clock)
 
 
-def make_training_hooks(run, stop_step, pause_steps=(), clock=None):
+def make_training_hooks(run, stop_step, pause_steps=(), clock=None, evaluation=None):
     """The hooks of one Estimator.train() call of `run` (a setup.Run) that stops at
     `stop_step` (pause_steps: TrainLogHook's); images/s count the global batch (all ranks
     and accumulated micro-batches). clock: the run's WallTime, whose StepTimeHook comes
-    first."""
+    first. evaluation: the call's training_eval.EvaluationHook (not in the list: it comes
+    after the saver), whose steps and the pauses follow an end --steps_file moves."""
     options = run.options
     log_dir = setup.rank_log_dir(options)
     hooks = [wall_time.StepTimeHook(clock)] if clock is not None else []
@@ -307,8 +312,12 @@ def make_training_hooks(run, stop_step, pause_steps=(), clock=None):
                        stop_step=stop_step, pause_steps=pause_steps)
     hooks += [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
               preemption.StopAtSignalHook(), log]
-    if run.settings.runtime.steps_file:  # Before the hooks that act at the stop step.
-        hooks.append(steps_file.StepsFileHook(run.settings.runtime.steps_file, stop_step, log))
+    path = run.settings.runtime.steps_file
+    if path:  # Before the hooks that act at the stop step.
+        def on_move(end, stop):
+            log.retarget(end, stop, None if evaluation is None else evaluation.retarget(end))
+        hooks.append(steps_file.StepsFileHook(path, stop_step, run.settings.schedule.total_steps,
+                                              on_move))
     if log_dir is not None:
         hooks.append(SummaryHook(log_dir, options.iterations_per_loop))
     if options.profile_steps and distributed.is_main():

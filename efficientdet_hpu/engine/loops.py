@@ -29,6 +29,7 @@ from efficientdet_hpu.engine import train_log
 from efficientdet_hpu.engine import training_eval
 from efficientdet_hpu.engine import wall_time
 from efficientdet_hpu.engine.setup import train_input_fn
+from efficientdet_hpu.training import steps_file
 
 
 def current_step(run):
@@ -44,33 +45,39 @@ def train_until(run, max_steps, clock=None, evaluation=None):
     """Trains to max_steps; raises preemption.Stopped when a signal stopped it (the
     checkpoint of the stop step is then written).
 
-    clock: the run's wall_time.WallTime; evaluation: (training_eval.Evaluator, the steps to
-    evaluate at) for evaluations inside this train() call."""
+    clock: the run's wall_time.WallTime; evaluation: (training_eval.Evaluator, a function of
+    the run's last step giving the steps to evaluate at) for evaluations inside this train()
+    call. With --steps_file its hook stops the call (the file may move the end later)."""
     start_step = current_step(run)
     if start_step < max_steps:
         pattern = None if run.options.use_fake_data else run.options.training_file_pattern
         saver = hooks.checkpoint_hook(run, clock)
-        evaluator, eval_steps = evaluation or (None, ())
-        train_hooks = hooks.make_training_hooks(run, max_steps, eval_steps, clock)
+        evaluator, steps_for = evaluation or (None, None)
+        eval_hook = None if evaluator is None else training_eval.EvaluationHook(
+            run, evaluator, steps_for, saver, clock)
+        train_hooks = hooks.make_training_hooks(
+            run, max_steps, eval_hook.steps if eval_hook else (), clock, eval_hook)
         train_hooks += [saver] if saver is not None else []
-        if evaluator is not None:  # After the saver and the stop and log hooks.
-            train_hooks.append(training_eval.EvaluationHook(run, evaluator, eval_steps,
-                                                            saver, clock))
+        if eval_hook is not None:  # After the saver and the stop and log hooks.
+            train_hooks.append(eval_hook)
         # Only rank 0 has a CheckpointSaverHook, whose saves the listener checks.
         listeners = ([hooks.FiniteWeightsListener(run.options.model_dir)]
                      if distributed.is_main() else None)
+        limit = steps_file.NO_LIMIT if run.settings.runtime.steps_file else max_steps
         with bad_records.named_data_errors(pattern, run.config.num_classes):
-            run.estimator.train(train_input_fn(run, start_step), max_steps=max_steps,
+            run.estimator.train(train_input_fn(run, start_step), max_steps=limit,
                                 hooks=train_hooks, saving_listeners=listeners)
     preemption.stop_if_asked(run.options.model_dir)
 
 
-def evaluation_steps(schedule):
+def evaluation_steps(schedule, total_steps=None):
     """The steps train_and_eval evaluates at: epoch ends at int(epoch * steps per epoch) (a
-    float, as automl counts), the last at the final step; one per epoch, ascending."""
-    epochs = max(1, int(round(schedule.total_steps / schedule.steps_per_epoch)))
-    return [schedule.total_steps if epoch == epochs
-            else min(int(epoch * schedule.steps_per_epoch), schedule.total_steps)
+    float, as automl counts), the last at the final step (`total_steps` when given: an end
+    --steps_file moved); one per epoch, ascending."""
+    total_steps = schedule.total_steps if total_steps is None else total_steps
+    epochs = max(1, int(round(total_steps / schedule.steps_per_epoch)))
+    return [total_steps if epoch == epochs
+            else min(int(epoch * schedule.steps_per_epoch), total_steps)
             for epoch in range(1, epochs + 1)]
 
 
@@ -88,10 +95,12 @@ def train_and_eval(run, clock=None):
     with training_eval.Evaluator(run) as evaluator:
         reason = training_eval.blocker(run, evaluator)
         if reason is None:
-            steps = [step for step in evaluation_steps(run.settings.schedule)
-                     if step > start_step]
-            logging.info('train_and_eval: %s', training_eval.describe(steps))
-            train_until(run, total_steps, clock, evaluation=(evaluator, steps))
+            def steps_for(last):
+                return [step for step in evaluation_steps(run.settings.schedule, last)
+                        if step > start_step]
+            last = run_end.target_steps(run.settings.runtime.steps_file, total_steps)
+            logging.info('train_and_eval: %s', training_eval.describe(steps_for(last)))
+            train_until(run, total_steps, clock, evaluation=(evaluator, steps_for))
             return
     training_eval.log_fallback(reason)
     train_by_epochs(run, clock)
@@ -99,21 +108,22 @@ def train_and_eval(run, clock=None):
 
 def train_by_epochs(run, clock=None):
     """train_and_eval as a train() call per epoch, each followed by an evaluation through
-    Estimator.predict (a graph and session built for each)."""
-    steps = evaluation_steps(run.settings.schedule)
-    for epoch, step in enumerate(steps, 1):
+    Estimator.predict (a graph and session built for each); with nothing left to train, the
+    last checkpoint is evaluated."""
+    path, planned = run.settings.runtime.steps_file, run.settings.schedule.total_steps
+    while True:
         # --steps_file may have moved the end (training/steps_file.py).
-        last = run_end.target_steps(run.settings.runtime.steps_file, steps[-1])
-        final, step = epoch == len(steps) or step >= last, min(step, last)
-        if current_step(run) >= step and not final:
-            continue
+        last = run_end.target_steps(path, planned)
+        start = current_step(run)
+        step = next((s for s in evaluation_steps(run.settings.schedule, last) if s > start),
+                    last)
         if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
             break
         train_until(run, step, clock)
         with wall_time.phase(clock, wall_time.EVALUATIONS):
             checkpoint_eval.evaluate_latest(run)
         preemption.stop_if_asked(run.options.model_dir)  # A signal during the evaluation.
-        if final:
+        if current_step(run) >= run_end.target_steps(path, planned) or start >= step:
             break
 
 

@@ -19,6 +19,7 @@ import threading
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.runtime import distributed
 from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.engine import checkpoint_eval
@@ -108,7 +109,9 @@ def blocker(run, evaluator):
 
 
 class EvaluationHook(tf1.train.SessionRunHook):
-    """At each of `steps` (global steps, ascending): rank 0 writes that step's checkpoint
+    """At each of the steps `steps_for(the run's last step)` gives (global steps; the last
+    step --steps_file's when it holds one, and again when it moves: `retarget`): rank 0 writes
+    that step's checkpoint
     (`saver`, its hooks.CheckpointHook; None on the other ranks), every rank waits for its
     name and all evaluate it with `evaluator` (checkpoint_eval.evaluate_checkpoint). Then a
     stop signal any rank received meanwhile ends the training after this step as one during
@@ -116,9 +119,20 @@ class EvaluationHook(tf1.train.SessionRunHook):
     the final step. After a step at which the ranks agreed to stop on a signal nothing is
     evaluated (the run stops there, as before)."""
 
-    def __init__(self, run, evaluator, steps, saver=None, clock=None):
+    def __init__(self, run, evaluator, steps_for, saver=None, clock=None):
         self._run, self._evaluator, self._saver, self._clock = run, evaluator, saver, clock
-        self._steps = sorted(set(steps))
+        self._steps_for = steps_for
+        self.retarget(run_end.target_steps(run.settings.runtime.steps_file,
+                                           run.settings.schedule.total_steps))
+
+    @property
+    def steps(self):
+        return tuple(self._steps)
+
+    def retarget(self, last_step):
+        """The run now ends at `last_step`; returns the steps evaluated at from now on."""
+        self._steps = sorted(set(self._steps_for(last_step)))
+        return self.steps
 
     def begin(self):
         self._global_step = tf1.train.get_global_step()

@@ -9,27 +9,15 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
                    ran 1.2-1.7 times their estimate trained at 0.58-0.85 of the table's rate,
                    so the first steps confirm the steps more often than they cut them (a rate
                    measured in model_dir, e.g. by the search, is taken as it is)
-  first steps      once main.py has logged PROBE_RECORDS records past the frozen backbone's
-                   steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
-                   their steps; the steps before run slower, the first holding the first
-                   step's one-off cost), its start-up and an evaluation's seconds (at most the
-                   table's) against the cost table's. When fewer steps fit than planned (and
-                   the cut moves no frozen steps still to come), the running main.py is told
-                   through its --steps_file (finetune/correction.py): it ends at the steps
-                   that fit, its warm-up, cosine and moving average following, with no
-                   restart. Otherwise, when they differ from the
-                   plan's by more than TOLERANCE, training is stopped (SIGTERM: a checkpoint),
-                   plan.yaml gets the new number of evaluations (and the schedule that follows
-                   them) and main.py resumes from the checkpoint. Fewer fit by less: the time
-                   budget stops training (a checkpoint) a little before the plan's last step,
-                   as it does where a restart would end at the step reached (ends_here).
-                   A restart costs a start-up, but a time-budget stop costs more: it cuts the
-                   cosine before its rate reaches zero, where these runs gain the most, and
-                   the steps after the last evaluation are never scored. The start-up's ratio
-                   to the table's scales the estimate of the whole-photo evaluation with the
-                   export (a busier or slower machine slows them alike), and so moves the
-                   time-budget stop (training_stop)
-The arithmetic is pure (`corrected_evaluations`); RateProbe reads main.py's train_log.jsonl.
+  while training   main.py's own log corrects the steps as it trains, moving its end in
+                   place (finetune/probe.py). A restart costs a start-up, but a time-budget
+                   stop costs more: it cuts the cosine before its rate reaches zero, where
+                   these runs gain the most, and the steps after the last evaluation are never
+                   scored. The start-up's ratio to the table's scales the estimate of the
+                   whole-photo evaluation with the export (a busier or slower machine slows
+                   them alike), and so moves the time-budget stop (training_stop)
+The arithmetic is pure (`corrected_evaluations`); probe.RateProbe reads main.py's
+train_log.jsonl.
 """
 import dataclasses
 import json
@@ -41,8 +29,6 @@ import time
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
 # The run's rate off the one its steps were set from by more than this: the closing line says so.
 TOLERANCE_RATE = 0.1
-PROBE_STEPS = 10  # The rate is read from log records at least this many steps in,
-PROBE_RECORDS = 3  # and this many of them past the freeze and the first evaluation.
 LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.
 FIT_SHARE = 0.5  # The share of an evaluation interval that must fit for it to be planned.
 
@@ -60,14 +46,15 @@ def planned_evaluation_seconds(plan) -> float:
 
 
 def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=1.0,
-                          per_evaluation=None) -> int:
+                          per_evaluation=None, share=FIT_SHARE) -> int:
     """The evaluations (of plan.eval_interval steps each) that fit `seconds_left` from `step`
     on at `rate` training images/s, after a restart of `restart_seconds` (0: none), the
     remaining evaluations (`per_evaluation` seconds each when measured) and the whole-photo
     evaluation with the export (the plan's estimates times `load`); at least one more than
-    those done. An interval counts when at least half of it fits (FIT_SHARE): the time-budget
-    stop then ends it early, cutting the cosine where its rate is near zero, where leaving it
-    out would leave up to a whole interval of the budget unused."""
+    those done. An interval counts when `share` of it fits; FIT_SHARE, half, for a plan made
+    before main.py runs: the time-budget stop then ends it early, cutting the cosine where its
+    rate is near zero, where leaving it out would leave up to a whole interval of the budget
+    unused (a move in place, later and better measured, plans whole ones: finetune/probe.py)."""
     parts = dict(plan.seconds)
     final = parts['whole photos + export'] * load
     if per_evaluation is None:
@@ -79,7 +66,7 @@ def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=
     left_in_interval = (plan.eval_interval - step % plan.eval_interval) % plan.eval_interval
     spare -= left_in_interval * plan.global_batch / rate + (per_evaluation if left_in_interval
                                                             else 0.0)
-    more = int(math.floor(spare / per_interval + 1.0 - FIT_SHARE)) if spare > 0 else 0
+    more = int(math.floor(spare / per_interval + 1.0 - share)) if spare > 0 else 0
     return max(done + (1 if left_in_interval else 0) + more, done + 1, 1)
 
 
@@ -116,105 +103,6 @@ def train_records(model_dir, since=0.0, log=None):
             if r.get('event') == 'train' and r.get('time', 0) >= since]
 
 
-def _pauses(logged, evaluated, last_step, batch):
-    """The seconds training paused at each evaluation before `last_step`: the time between
-    the train records around it less their steps at the rate of the record after it (main.py
-    measures that rate from the step after the pause). Over one log interval, not the whole
-    window: a rate a few percent off over hundreds of steps would hide a pause of seconds."""
-    pauses = []
-    for step in (step for step in evaluated if step < last_step):
-        before = [r for r in logged if r['step'] <= step]
-        after = [r for r in logged if r['step'] > step]
-        if before and after and after[0].get('images_per_sec'):
-            pauses.append(max(0.0, after[0]['time'] - before[-1]['time'] - (
-                after[0]['step'] - before[-1]['step']) * batch / after[0]['images_per_sec']))
-    return pauses or [0.0]
-
-
-class RateProbe:
-    """A stop_when for runner.command: once main.py has logged PROBE_RECORDS rates past the
-    frozen backbone's steps and past its first evaluation, measures the training rate over their
-    steps, and from its first record (which holds the first step's one-off cost) on, the
-    start-up and an evaluation's seconds (the pause around each, _pauses); decides the
-    evaluations that fit, and answers True (stop and restart) when a restart is worth its cost
-    (module docstring). `decision` then holds {'evaluations',
-    'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
-    that fit without a restart; and 'in_place' when `shorten` (decision -> plan or None) cut
-    the running run to them (`shortened`, the plan). `say`, when given, prints steps_line as
-    soon as it decides."""
-
-    def __init__(self, plan, model_dir, deadline, first_step, say=None, shorten=None):
-        self.plan, self.model_dir, self.deadline, self.say = plan, model_dir, deadline, say
-        self.shorten = shorten  # decision -> the plan cut in place (no restart), or None.
-        self.shortened = None
-        self.first_step = first_step or 0
-        self.from_step = self.first_step + PROBE_STEPS
-        if self.first_step < plan.freeze_steps:  # The frozen steps run at another rate.
-            self.from_step = max(self.from_step, plan.freeze_steps + 1)
-        self.started = time.time()
-        self.decision = None
-
-    def _window(self):
-        """(first record, last record, the rate, evaluations between) or None."""
-        log = training_log(self.model_dir)
-        logged = [r for r in train_records(self.model_dir, self.started, log)
-                  if r.get('images_per_sec')]
-        if len(logged) < 2:
-            return None
-        first = logged[0]
-        evaluated = [r['step'] for r in log if r.get('event') == 'eval'
-                     and r.get('step', 0) > first['step']]
-        if not evaluated:
-            return None
-        index = [i for i, r in enumerate(logged) if i and r['step'] > evaluated[0]
-                 and r['step'] >= self.from_step][:PROBE_RECORDS]
-        if len(index) < PROBE_RECORDS:
-            return None
-        record = logged[index[-1]]
-        # Each record's rate weighted by its steps: the one logged at an evaluation's step may
-        # hold a step or two and the checkpoint written before it.
-        spans = [(logged[i]['step'] - logged[i - 1]['step'], logged[i]['images_per_sec'])
-                 for i in index]
-        rate = sum(steps for steps, _ in spans) / sum(steps / each for steps, each in spans)
-        pauses = _pauses(logged, evaluated, record['step'], self.plan.global_batch)
-        return first, record, rate, pauses
-
-    def __call__(self, line):
-        if self.decision is not None or 'images/s' not in line:
-            return False
-        window = self._window()
-        if window is None:
-            return False
-        first, record, rate, pauses = window
-        batch = self.plan.global_batch
-        # Start-up: the process's start to its first step, less the steps logged since.
-        startup = max(1.0, first['time'] - self.started
-                      - (first['step'] - self.first_step) * batch / rate)
-        load = load_factor(startup, self.plan.startup_seconds)
-        # The window's first evaluation also builds its graph (a one-off of a few seconds): the
-        # measured figure is an upper bound, so the table's (times the load) caps it.
-        evaluation = min(sum(pauses) / len(pauses), planned_evaluation_seconds(self.plan) * load)
-        left = self.deadline - time.time()
-        fit, evaluations = (corrected_evaluations(self.plan, left, record['step'], rate, restart,
-                                                  load, evaluation)
-                            for restart in (0.0, startup))
-        self.decision = {'evaluations': evaluations, 'step': record['step'],
-                         'rate': round(rate, 2), 'startup': round(startup, 1),
-                         'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
-                         'restart': worth_restarting(self.plan, evaluations, fit,
-                                                     record['step'])}
-        if (self.shorten is not None and not steps_asked(self.plan)
-                and fit < self.plan.evaluations and fit * self.plan.eval_interval > record['step']):
-            # Cut in the running process, no start-up spent: to what fits without a restart,
-            # even within TOLERANCE (the cosine then ends, where the time-budget stop cuts it).
-            self.shortened = self.shorten(dict(self.decision, evaluations=fit))
-            if self.shortened is not None:
-                self.decision.update(evaluations=fit, restart=False, in_place=True)
-        if self.say:  # As it is decided, not when training ends.
-            self.say(steps_line(self.plan, self.decision))
-        return self.decision['restart']
-
-
 def training_stop(deadline, final_seconds, probe=None, floor=60.0, load=1.0):
     """run_streaming's stop_after for training: a function answering the seconds from now to
     the time-budget stop, which leaves the whole-photo evaluation with the export
@@ -248,36 +136,6 @@ def ends_here(plan, evaluations, fit, step) -> bool:
     stop: a one-off slow pause can put a run there, and stopping would leave the time its
     restart was to take unused."""
     return evaluations * plan.eval_interval <= step < fit * plan.eval_interval
-
-
-def steps_line(plan, decision) -> str:
-    """The line the run prints when the first steps change (or keep) the planned steps."""
-    fit = decision.get('fit', decision['evaluations'])
-    if decision.get('in_place'):
-        verdict = ('%d steps instead of %d: the run ends there, its cosine and moving average '
-                   'following, without a restart' % (decision['evaluations'] * plan.eval_interval,
-                                                    plan.steps))
-    elif decision['restart']:
-        verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '
-                   'with the new number' % (decision['evaluations'] * plan.eval_interval,
-                                            plan.steps))
-    elif not steps_asked(plan) and ends_here(plan, decision['evaluations'], fit,
-                                             decision['step']):
-        verdict = ('about %d of the planned %d steps fit; a restart to fewer would end at this '
-                   'step, so training goes on until the time budget stops it' % (
-                       fit * plan.eval_interval, plan.steps))
-    elif fit < plan.evaluations and not steps_asked(plan):
-        verdict = ('about %d of the planned %d steps fit (within %d%%): the time budget stops '
-                   'training' % (fit * plan.eval_interval, plan.steps, 100 * TOLERANCE))
-    else:
-        verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
-    evaluation = ('' if decision.get('evaluation') is None else
-                  ', an evaluation %.1f s (planned %.1f)' % (
-                      decision['evaluation'], planned_evaluation_seconds(plan)))
-    return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
-            '(planned %.0f; the end estimated x%.2f)%s: %s' % (
-                decision['step'], decision['rate'], plan.images_per_second, decision['startup'],
-                plan.startup_seconds, decision['load'], evaluation, verdict))
 
 
 def with_evaluations(plan, evaluations, why):

@@ -1,6 +1,6 @@
-"""The plan as the first training steps' measurement (budget.RateProbe) corrects it: for a
-restart of main.py with the new steps (after_probe), or, where only the end moves, in the
-running main.py through its --steps_file (shorten_in_place; training/steps_file.py)."""
+"""The plan as the training steps' measurement (probe.RateProbe) corrects it: for a restart of
+main.py with the new steps (after_probe), or, where only the end moves, in the running main.py
+through its --steps_file (move_in_place; training/steps_file.py)."""
 import dataclasses
 
 import yaml
@@ -27,15 +27,15 @@ def after_probe(runner, plan, decision):
     return corrected
 
 
-def shorten_in_place(runner, plan, decision):
-    """Where the probe cuts the steps: the running main.py told through its --steps_file
-    (training/steps_file.py: its end, warm-up, cosine and moving average's decay move to the
-    cut plan's, as a restart with it would set them, without the restart), and the plan
-    rewritten to what it now trains (its early-stop patience kept: main.py's flag). Returns
-    that plan, or None where a restart is needed: more steps, or a frozen backbone's steps
-    the cut would move that are not over. decision: budget.RateProbe's, its evaluations
-    those that fit without a restart."""
-    if (decision['evaluations'] >= plan.evaluations or budget.steps_asked(plan)
+def move_in_place(runner, plan, decision):
+    """Where the probe moves the end: the running main.py told through its --steps_file
+    (training/steps_file.py: its end, warm-up, cosine, moving average's decay and evaluations
+    move to the new plan's, as a restart with it would set them, without the restart), and the
+    plan rewritten to what it now trains (its early-stop patience kept: main.py's flag).
+    Returns that plan, or None where a restart is needed: a frozen backbone's steps the move
+    would shift that are not over. decision: probe.RateProbe's, its evaluations the new
+    number."""
+    if (decision['evaluations'] == plan.evaluations or budget.steps_asked(plan)
             or plan_file.planned_evaluations(runner.layout.plan_yaml) != plan.evaluations):
         return None  # Steps that --steps or --hparams set stay (the time budget stops them).
     corrected = _probed(plan, decision)

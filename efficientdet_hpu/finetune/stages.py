@@ -25,6 +25,7 @@ from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import correction
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import probe as probe_lib
 from efficientdet_hpu.finetune import report
 from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import runner as runner_lib
@@ -120,16 +121,19 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
     planned = _remaining(plan, 'start-up') - final
     start = time.monotonic()
     verbose = ['--verbose'] if runner.verbose else []
-    # The probe cuts the steps through main.py's --steps_file where it can (no restart).
+    # The probe moves the end through main.py's --steps_file where it can (no restart).
     moved = ['--steps_file=' + layout.steps_file]
     args = ['--hparams=' + layout.plan_yaml, '--model_dir=' + layout.model_dir] + verbose + moved
     if os.path.exists(layout.steps_file):  # An earlier run's: its plan.yaml holds its steps.
         os.remove(layout.steps_file)
+
+    def move(decision, current):
+        if probe.moved is None and last is not None and last.chosen is not None:
+            current = last.chosen  # The search's winner, trained in place.
+        return correction.move_in_place(runner, current, decision)
     probe = (None if deadline is None else
-             budget.RateProbe(plan, layout.model_dir, deadline,
-                              rerun.latest_step(layout.model_dir), say=runner.say,
-                              shorten=lambda decision: correction.shorten_in_place(
-                                  runner, (last and last.chosen) or plan, decision)))
+             probe_lib.RateProbe(plan, layout.model_dir, deadline,
+                                 rerun.latest_step(layout.model_dir), say=runner.say, move=move))
     stop_after = (None if deadline is None
                   else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS, load))
     timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None
@@ -144,8 +148,8 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
             return training_stage(runner, last.install(), deadline, load=load)
         plan = last.chosen
         shutil.rmtree(layout.path('candidates'), ignore_errors=True)
-    if probe is not None and probe.shortened is not None:  # Cut while main.py ran.
-        plan = probe.shortened
+    if probe is not None and probe.moved is not None:  # Moved while main.py ran.
+        plan = probe.moved
     elif probe is not None and probe.decision is not None:
         plan = correction.after_probe(runner, plan, probe.decision)
         if probe.decision['restart']:  # Stopped by the probe: go on with the new steps.

@@ -1,19 +1,19 @@
-"""--steps_file: a run's end moved earlier while it trains, without a restart.
+"""--steps_file: a run's end moved, earlier or later, while it trains, without a restart.
 
 Another process (efficientdet-finetune, once its first steps' rate shows the planned steps do
 not fit its time budget) writes the record of core/run_end.py,
     {"total_steps": N, "warmup_steps": W, "moving_average_decay": d},
 and the run, at its next step, ends at step N instead: its warm-up and cosine follow W and N
-(the cosine reaches 0 at N) and its weights' moving average the new decay, as a run planned so
-from the start would go on from that step, and as a restart with that plan would, without the
-restart's start-up. The frozen backbone's steps are not moved (the writer moves the end once
-they are over).
+(the cosine reaches 0 at N), its weights' moving average the new decay and its evaluations the
+epochs up to N (`on_move`), as a run planned so from the start would go on from that step, and
+as a restart with that plan would, without the restart's start-up. The frozen backbone's steps
+are not moved (the writer moves the end once they are over).
 
-Only a shorter run: N above the run's planned steps, or at a step already passed, is
-clamped (to the planned steps; to the next step) and said. One process only (main.py refuses
-the flag with more ranks: the ranks would read the file at different steps). The two values
-live in local variables (not in checkpoints): a resumed run starts from its recipe, which the
-writer updates with the file.
+N at a step already passed is clamped to the next step, and said. A train() call that stops
+before the run's end (an epoch of train_by_epochs) stops at N only when N comes sooner. One
+process only (main.py refuses the flag with more ranks: the ranks would read the file at
+different steps). The values live in local variables (not in checkpoints): a resumed run
+starts from its recipe, which the writer updates with the file.
 """
 import os
 
@@ -21,7 +21,7 @@ from absl import logging
 import tensorflow as tf
 import tensorflow.compat.v1 as tf1
 
-from efficientdet_hpu.core.run_end import EMA_DECAY, TOTAL_STEPS, WARMUP_STEPS, read
+from efficientdet_hpu.core.run_end import EMA_DECAY, TOTAL_STEPS, WARMUP_STEPS, read, target_steps
 
 COLLECTION = 'steps_file_targets'
 
@@ -37,13 +37,22 @@ def schedule_variables(planned):
             for name, value in planned.items()}
 
 
+# Estimator.train's max_steps where the file may move the end later: the hook stops the call.
+NO_LIMIT = 2 ** 62
+
+
 class StepsFileHook(tf1.train.SessionRunHook):
     """Reads the file after every step (a stat; it is read only when it changed) and ends the
-    train() call at its step. `log_hook`: the TrainLogHook, whose ETA follows the new end."""
+    train() call at its step. `planned_end`: the run's last step as planned (the variables'
+    values at the start); a call that stops before the run's end (an epoch) stops at the
+    file's step only when that comes sooner. `on_move(end, stop_step)`: told the run's new end
+    and this call's stop (the progress line's ETA and the evaluations follow them)."""
 
-    def __init__(self, path, stop_step, log_hook=None):
-        self._path, self._stop_step, self._log_hook = path, stop_step, log_hook
-        self._planned = stop_step
+    def __init__(self, path, stop_step, planned_end=None, on_move=None):
+        self._path, self._stop_step, self._on_move = path, stop_step, on_move
+        self._end = max(stop_step, planned_end or 0)
+        ends_later = stop_step < max(self._end, target_steps(path, self._end))
+        self._call_stop = stop_step if ends_later else None
         self._seen = None
 
     def begin(self):
@@ -79,20 +88,20 @@ class StepsFileHook(tf1.train.SessionRunHook):
             return
         self._seen = key
         asked = record[TOTAL_STEPS]
-        total = max(min(asked, self._planned), step)
-        if total == self._stop_step:
+        end = max(asked, step)
+        if end == self._end:
             return
-        values = {TOTAL_STEPS: float(total), WARMUP_STEPS: record[WARMUP_STEPS],
+        values = {TOTAL_STEPS: float(end), WARMUP_STEPS: record[WARMUP_STEPS],
                   EMA_DECAY: record[EMA_DECAY]}
         values = {name: value for name, value in values.items()
                   if value is not None and name in self._assign}
         session.run([self._assign[name] for name in values],
                     {self._feeds[name]: value for name, value in values.items()})
-        logging.info('%s: the run now ends at step %d (was %d)%s%s', self._path, total,
-                     self._stop_step, '' if total == asked else ' (asked %d: %s)' % (
-                         asked, 'the planned end' if asked > total else 'a step already '
-                         'reached'), ''.join('; %s %g' % (name, record[name]) for name in (
-                             WARMUP_STEPS, EMA_DECAY) if record[name] is not None))
-        self._stop_step = total
-        if self._log_hook is not None:
-            self._log_hook.retarget(total)
+        logging.info('%s: the run now ends at step %d (was %d)%s%s', self._path, end, self._end,
+                     '' if end == asked else ' (asked %d: a step already reached)' % asked,
+                     ''.join('; %s %g' % (name, record[name]) for name in (
+                         WARMUP_STEPS, EMA_DECAY) if record[name] is not None))
+        self._end = end
+        self._stop_step = end if self._call_stop is None else min(end, self._call_stop)
+        if self._on_move is not None:
+            self._on_move(end, self._stop_step)

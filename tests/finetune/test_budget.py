@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import probe as probe_lib
 from efficientdet_hpu.finetune import plan as plan_lib
 from finetune_cases import LITE0_PTH, ORTHO, ROOMY, TABLE
 
@@ -72,7 +73,7 @@ def test_the_change_is_the_plans_new_steps(plan):
 
 def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_path):
     said = []
-    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
+    probe = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
                              say=said.append)
     log = tmp_path / 'train_log.jsonl'
 
@@ -107,13 +108,13 @@ def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_p
                               'evaluation': 2.0, 'load': 1.0, 'fit': 12, 'restart': True}
     assert probe('step 150/890 ... images/s') is False  # Decided once.
     # Said as it is decided (once), not when training ends.
-    assert said == [budget.steps_line(plan, probe.decision)]
+    assert said == [probe_lib.steps_line(plan, probe.decision)]
     assert ('measured at step 110: 16.0 training images/s (planned 10.0), start-up 30 s '
             '(planned 30; the end estimated x1.00), an evaluation 2.0 s (planned 2.7): 1068 '
             'steps instead of 890') in said[0]
     # An evaluation measured at 6 s (78 - 40 - 32) holds the first one's graph: the table's
     # 2.67 s caps it.
-    capped = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
+    capped = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
     capped.started = probe.started
     logged(train(25, 3.0, 40), {'event': 'eval', 'step': 30}, train(50, 20.0, 56),
            train(75, 20.0, 66), train(105, 20.0, 78))
@@ -126,7 +127,7 @@ def test_the_evaluation_is_the_pause_around_it_not_the_window_less_its_steps(pla
     steps each at 20, 20 and 10 images/s, is 15 images/s: the window less its steps at that
     rate, 92 - 40 - 100 x 8 / 15 = -1.3 s, would read as no evaluation at all. The log interval
     around it, at the rate logged after it: 62 - 50 - 25 x 8 / 20 = 2 s."""
-    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
+    probe = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
 
     def train(step, rate, seconds):
         return {'event': 'train', 'step': step, 'images_per_sec': rate,
@@ -148,7 +149,7 @@ def test_fewer_steps_restart_unless_the_cut_is_within_the_tolerance(plan):
     assert budget.worth_restarting(plan, 12, 13) and not budget.worth_restarting(plan, 10, 11)
     twenty = dataclasses.replace(plan, steps=1780, eval_interval=89)  # 20 evaluations.
     assert not budget.worth_restarting(twenty, 19, 19)  # 89 steps: within 5% of 1780 (89).
-    line = budget.steps_line(twenty, {'evaluations': 19, 'fit': 19, 'step': 50, 'rate': 8.0,
+    line = probe_lib.steps_line(twenty, {'evaluations': 19, 'fit': 19, 'step': 50, 'rate': 8.0,
                                       'startup': 30.0, 'load': 1.0, 'restart': False})
     assert line.endswith('about 1691 of the planned 1780 steps fit (within 5%): the time '
                          'budget stops training')
@@ -162,7 +163,7 @@ def test_a_restart_that_would_end_at_the_step_reached_goes_on_instead(plan):
     7 without one."""
     assert budget.ends_here(plan, 5, 7, 445)
     assert not budget.worth_restarting(plan, 5, 7, 445)
-    line = budget.steps_line(plan, {'evaluations': 5, 'fit': 7, 'step': 445, 'rate': 8.0,
+    line = probe_lib.steps_line(plan, {'evaluations': 5, 'fit': 7, 'step': 445, 'rate': 8.0,
                                     'startup': 30.0, 'load': 1.0, 'restart': False})
     assert line.endswith('about 623 of the planned 890 steps fit; a restart to fewer would end '
                          'at this step, so training goes on until the time budget stops it')

@@ -1,7 +1,8 @@
-"""finetune/correction.py with budget.RateProbe: fewer steps fit than planned, so the running
-main.py is cut through its --steps_file (no restart), the plan rewritten to what it now
-trains; more steps, or a freeze the cut would move before it is over, still restart. On the
-plan of ORTHO in 15 min (tests/finetune/test_budget.py: 890 steps in 10 evaluations of 89)."""
+"""finetune/correction.py with probe.RateProbe: fewer or more steps fit than planned, so the
+running main.py's end is moved through its --steps_file (no restart), the plan rewritten to
+what it now trains, and moved again after a later evaluation; a freeze the move would shift
+before it is over still restarts. On the plan of ORTHO in 15 min (tests/finetune/test_budget.py:
+890 steps in 10 evaluations of 89)."""
 import dataclasses
 import json
 import time
@@ -11,6 +12,7 @@ import yaml
 
 from efficientdet_hpu.core import run_end
 from efficientdet_hpu.finetune import budget
+from efficientdet_hpu.finetune import probe as probe_lib
 from efficientdet_hpu.finetune import correction
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
@@ -34,10 +36,10 @@ class Runner:
             yaml.safe_dump(plan_file.recipe(plan, 'train-*', 'val-*', 'val.json'), stream)
 
 
-def _probe(plan, tmp_path, rate, shorten):
+def _probe(plan, tmp_path, rate, move):
     """A probe whose log shows `rate` images/s from step 110 on, 600 s before the deadline."""
-    probe = budget.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
-                             shorten=shorten)
+    probe = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
+                                move=move)
 
     def train(step, seconds):
         return {'event': 'train', 'step': step, 'images_per_sec': rate,
@@ -54,16 +56,16 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     runner = Runner(tmp_path, plan)
     asked = []
 
-    def shorten(decision):
+    def move(decision, current):
         asked.append(dict(decision))
-        return correction.shorten_in_place(runner, plan, decision)
-    probe = _probe(plan, tmp_path, 8.0, shorten)
+        return correction.move_in_place(runner, current, decision)
+    probe = _probe(plan, tmp_path, 8.0, move)
     assert probe('step 125/890 ... 8.00 images/s') is False  # Not stopped: no restart.
     decision = probe.decision
     assert decision['in_place'] and not decision['restart']
     # Cut to what fits without a restart (the restart's start-up is not spent).
     assert decision['evaluations'] == decision['fit'] == asked[0]['evaluations'] < 10
-    cut = probe.shortened
+    cut = probe.moved
     assert cut.steps == decision['fit'] * 89 and cut.evaluations == decision['fit']
     # The file main.py reads: the cut plan's end, warm-up and moving average.
     assert run_end.read(runner.layout.steps_file) == {
@@ -79,21 +81,75 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     assert recipe['early_stop_patience'] == plan.early_stop_patience == cut.early_stop_patience
     with open(runner.layout.plan_json) as stream:
         assert json.load(stream)['steps'] == cut.steps
-    assert 'without a restart' in budget.steps_line(plan, decision)
+    assert 'without a restart' in probe_lib.steps_line(plan, decision)
 
 
-def test_more_steps_or_a_freeze_not_over_still_restart(plan, tmp_path):
+def test_more_steps_fit_the_end_moves_later_in_place(plan, tmp_path):
     runner = Runner(tmp_path, plan)
-    faster = _probe(plan, tmp_path, 40.0, lambda d: correction.shorten_in_place(
-        runner, plan, d))
-    assert faster('step 125/890 ... 40.00 images/s') is True  # More fit: a restart.
-    assert not faster.decision.get('in_place') and faster.shortened is None
-    # A freeze of 200 steps, not over at step 125, which the cut would shorten.
+    faster = _probe(plan, tmp_path, 40.0, lambda d, current: correction.move_in_place(
+        runner, current, d))
+    assert faster('step 125/890 ... 40.00 images/s') is False  # No restart.
+    assert faster.decision['in_place'] and not faster.decision['restart']
+    later = faster.moved
+    assert later.evaluations == faster.decision['evaluations'] > 10
+    assert run_end.read(runner.layout.steps_file)['total_steps'] == later.steps > 890
+    with open(runner.layout.plan_yaml) as stream:
+        assert yaml.safe_load(stream)['num_epochs'] == later.evaluations
+
+
+def test_a_freeze_the_move_would_shift_before_it_is_over_restarts(plan, tmp_path):
+    runner = Runner(tmp_path, plan)
+    # A freeze of 200 steps, not over at step 125, which the move would shift.
     frozen = dataclasses.replace(plan, freeze_steps=200)
     decision = {'evaluations': 5, 'step': 125, 'rate': 8.0, 'startup': 30.0}
-    assert correction.shorten_in_place(runner, frozen, decision) is None
+    assert correction.move_in_place(runner, frozen, decision) is None
     assert run_end.read(runner.layout.steps_file) is None  # Nothing written.
-    assert correction.shorten_in_place(runner, plan, dict(decision, evaluations=10)) is None
+    assert correction.move_in_place(runner, plan, dict(decision, evaluations=10)) is None
+    # A probe whose move cannot be made: more fit by more than the tolerance, a restart.
+    probe = _probe(plan, tmp_path, 40.0, lambda d, current: None)
+    assert probe('step 125/890 ... 40.00 images/s') is True
+    assert not probe.decision.get('in_place') and probe.moved is None
+
+
+def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
+    """Cut to what fits at 8 images/s; after the evaluation at step 178 the run is seen to go at
+    16: the end moves later, by whole intervals, and a line says so; with nothing new (no
+    evaluation since) it stays."""
+    runner = Runner(tmp_path, plan)
+    said = []
+    probe = _probe(plan, tmp_path, 8.0, lambda d, current: correction.move_in_place(
+        runner, current, d))
+    probe.say = said.append
+    probe('step 125/890 ... 8.00 images/s')
+    first = probe.moved
+    assert first.evaluations < 10 and len(said) == 1
+    log = tmp_path / 'train_log.jsonl'
+    text = log.read_text()
+    last = json.loads(text.splitlines()[-1])
+
+    def train(step, seconds):
+        return json.dumps({'event': 'train', 'step': step, 'images_per_sec': 16.0,
+                           'time': last['time'] + seconds}) + '\n'
+    log.write_text(text + train(150, 12.5) + train(178, 26.5))
+    probe('step 178/890 ... 16.00 images/s')
+    assert probe.moved is first and len(said) == 1  # No evaluation since the decision.
+    log.write_text(log.read_text() + json.dumps({'event': 'eval', 'step': 178}) + '\n'
+                   + train(200, 40) + train(225, 52.5) + train(250, 65))
+    probe('step 250/890 ... 16.00 images/s')
+    again = probe.moved
+    assert again.evaluations > first.evaluations and len(said) == 2
+    assert probe.decision['step'] == 250 and probe.decision['in_place']
+    assert '%d steps instead of %d: the run ends there' % (again.steps, first.steps) in said[1]
+    assert run_end.read(runner.layout.steps_file)['total_steps'] == again.steps
+    # A whole number of intervals fits from step 250: the steps after the last evaluation
+    # all count (no interval the time-budget stop would cut).
+    seconds_left = probe.deadline - time.time()
+    interval = 89 * 8 / probe.decision['rate'] + probe.decision['evaluation']
+    final = dict(again.seconds)['whole photos + export'] * probe.decision['load']
+    assert (again.steps - 250) * 8 / probe.decision['rate'] + (
+        again.evaluations - 2) * probe.decision['evaluation'] <= seconds_left - final
+    assert seconds_left - final < (again.steps - 250) * 8 / probe.decision['rate'] + (
+        again.evaluations - 2) * probe.decision['evaluation'] + interval
 
 
 def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
@@ -105,7 +161,7 @@ def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
     recipe['moving_average_decay'] = 0.95
     with open(runner.layout.plan_yaml, 'w') as stream:
         yaml.safe_dump(recipe, stream)
-    cut = correction.shorten_in_place(
+    cut = correction.move_in_place(
         runner, plan, {'evaluations': 6, 'step': 125, 'rate': 8.0, 'startup': 30.0})
     assert cut.steps == 534
     assert run_end.read(runner.layout.steps_file) == {
@@ -120,11 +176,11 @@ def test_steps_the_user_set_are_not_cut(plan, tmp_path):
         (topic, '890 steps of 8 images: asked with --steps' if topic == 'steps' else text)
         for topic, text in plan.reasons))
     called = []
-    probe = _probe(asked, tmp_path, 8.0, lambda decision: called.append(decision))
+    probe = _probe(asked, tmp_path, 8.0, lambda decision, current: called.append(decision))
     probe('step 125/890 ... 8.00 images/s')
-    assert probe.decision['fit'] < 10 and not called and probe.shortened is None
+    assert probe.decision['fit'] < 10 and not called and probe.moved is None
     decision = {'evaluations': 6, 'step': 125, 'rate': 8.0, 'startup': 30.0}
-    assert correction.shorten_in_place(runner, asked, decision) is None
+    assert correction.move_in_place(runner, asked, decision) is None
     plan_file.set_evaluations(runner.layout.plan_yaml, 12)  # As --hparams num_epochs=12.
-    assert correction.shorten_in_place(runner, plan, decision) is None
+    assert correction.move_in_place(runner, plan, decision) is None
     assert run_end.read(runner.layout.steps_file) is None

@@ -1,7 +1,8 @@
 """main.py --steps_file (training/steps_file.py, core/run_end.py): a run's end moved while it
 trains. In-process: the learning rate and moving average read from its variables equal a run
-planned that short from the start. A real main.py: the file written mid-run ends the run
-there, its cosine at zero, its evaluations and checkpoint at the new last step."""
+planned that short from the start. A real main.py: the file written mid-run moves the end
+later, then sooner: the run ends there, its cosine at zero, its evaluations (past the planned
+end too) and checkpoint at the new last step."""
 import math
 import os
 import subprocess
@@ -28,7 +29,7 @@ def test_the_record_is_read_only_whole_and_valid(tmp_path):
     run_end.write(path, 8, 3, 0.99)
     assert run_end.read(path) == {'total_steps': 8, 'warmup_steps': 3,
                                   'moving_average_decay': 0.99}
-    assert run_end.target_steps(path, 20) == 8 and run_end.target_steps(path, 6) == 6
+    assert run_end.target_steps(path, 20) == 8 and run_end.target_steps(path, 6) == 8
     run_end.write(path, 8)
     assert run_end.read(path) == {'total_steps': 8, 'warmup_steps': None,
                                   'moving_average_decay': None}
@@ -90,36 +91,44 @@ def _records(model_dir):
     return [r for r in train_log.read_json_log(model_dir) if r.get('event') == 'train']
 
 
-def test_a_file_written_mid_run_ends_the_run_there(tiny_dataset, tmp_path):
-    """20 steps planned (an evaluation every 2); once step 2 is logged the file asks for 10:
-    the run ends at step 10 with its checkpoint and evaluation, the learning rate near zero
-    there, and says where it ends."""
+def test_a_file_written_mid_run_moves_the_end_later_then_sooner(tiny_dataset, tmp_path):
+    """20 steps planned (an evaluation every 2). Once step 2 is logged the file asks for 30:
+    the run trains past step 20, evaluating every 2 steps on; once a step past 20 is logged it
+    asks for a few steps on: the run ends there with its checkpoint and evaluation, the
+    learning rate near zero there, and says each move."""
     model_dir, path = str(tmp_path / 'model'), str(tmp_path / 'steps.json')
     hparams = TINY_HPARAMS + ',cosine_from_warmup_end=true,lr_warmup_epoch=1.0'
     command = [sys.executable, 'main.py'] + tiny_flags(
         tiny_dataset, model_dir, '--mode=train_and_eval', '--num_epochs=10',
         '--steps_file=' + path, hparams=hparams)
-    log_path = str(tmp_path / 'main.log')
+    log_path, asked = str(tmp_path / 'main.log'), []
     with open(log_path, 'w') as log, started(command, env=python_env(), stdout=log,
                                              stderr=subprocess.STDOUT) as process:
         deadline = time.time() + 300
         while time.time() < deadline and process.poll() is None:
-            if any(r['step'] >= 2 for r in _records(model_dir)):
-                run_end.write(path, 10, 2, 0.9)
+            reached = max([r['step'] for r in _records(model_dir)] or [0])
+            if not asked and reached >= 2:
+                run_end.write(path, 30, 2, 0.9)
+                asked.append(30)
+            elif len(asked) == 1 and reached > 20:
+                asked.append(reached + 4 + reached % 2)  # An even step: an epoch's end.
+                run_end.write(path, asked[-1], 2, 0.9)
                 break
             time.sleep(0.2)
         status = process.wait(timeout=max(1, deadline - time.time()))
     output = open(log_path).read()
-    assert status == 0, output[-3000:]
+    assert status == 0 and len(asked) == 2, output[-3000:]
+    end = asked[-1]
     records = _records(model_dir)
-    assert records[-1]['step'] == 10, output[-3000:]
-    assert 'the run now ends at step 10 (was 20)' in output
-    assert os.path.basename(checkpoints.latest_checkpoint(model_dir)) == 'model.ckpt-10'
+    assert records[-1]['step'] == end, output[-3000:]
+    assert 'the run now ends at step 30 (was 20)' in output
+    assert 'the run now ends at step %d (was 30)' % end in output
+    assert os.path.basename(checkpoints.latest_checkpoint(model_dir)) == 'model.ckpt-%d' % end
     evaluated = [r['step'] for r in train_log.read_json_log(model_dir) if r.get('event') == 'eval']
-    assert evaluated[-1] == 10 and 12 not in evaluated
-    # The rate logged at step 10 is the schedule's at step 9: cosine from the warm-up's end
-    # (step 2) to step 10, 0.5 (1 + cos(7 pi / 8)) = 0.038 of the peak; planned for 20 steps it
-    # would be 0.67 of it.
+    assert evaluated == list(range(2, end + 1, 2)), evaluated  # Past 20, and none after the end.
+    # The rate logged at the end is the schedule's at the step before: cosine from the warm-up's
+    # end (step 2) to the end.
     peak = max(r['learning_rate'] for r in records)
     assert records[-1]['learning_rate'] == pytest.approx(
-        peak * 0.5 * (1 + math.cos(math.pi * 7 / 8)), rel=0.02)
+        peak * 0.5 * (1 + math.cos(math.pi * (end - 3) / (end - 2))), rel=0.02)
+    assert records[-1]['total_steps'] == end

@@ -1,0 +1,204 @@
+"""The training's steps corrected while main.py runs, from its own log (train_log.jsonl).
+
+  first steps      once main.py has logged PROBE_RECORDS records past the frozen backbone's
+                   steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
+                   their steps; the steps before run slower, the first holding the first
+                   step's one-off cost), its start-up and an evaluation's seconds (at most the
+                   table's) against the cost table's. Where the evaluations that fit whole
+                   differ from the plan's, the running main.py is told through its --steps_file
+                   (finetune/correction.py): it ends there, sooner or later, its warm-up, cosine,
+                   moving average and evaluations following, with no restart (the last
+                   evaluation at the new end, its cosine at zero). Where it cannot (a frozen
+                   backbone's steps the move would shift, still to come), training is stopped
+                   when the steps differ from the plan's by more than TOLERANCE (SIGTERM: a
+                   checkpoint), plan.yaml gets the new number of evaluations and main.py resumes
+                   from the checkpoint; fewer fit by less: the time-budget stop ends training
+                   (a checkpoint) a little before the plan's last step, as it does where a
+                   restart would end at the step reached (budget.ends_here)
+  each evaluation  after it, the same arithmetic over all the records since the first
+                   evaluation (and the evaluations' measured pauses) moves the end again when
+                   the evaluations that fit whole changed: the later the measurement, the
+                   nearer the end lands to the budget
+Only whole intervals are planned in place: a last interval the time-budget stop would cut ends
+unscored, its cosine cut where the rate is highest, and the steps after the last evaluation
+never count; on average half an interval of the budget is left instead.
+"""
+import time
+
+from efficientdet_hpu.finetune.budget import (
+    TOLERANCE, corrected_evaluations, ends_here, load_factor, planned_evaluation_seconds,
+    steps_asked, train_records, training_log, worth_restarting)
+
+PROBE_STEPS = 10  # The rate is read from log records at least this many steps in,
+PROBE_RECORDS = 3  # and this many of them past the freeze and the first evaluation.
+WHOLE = 1.0  # The share of an interval that must fit for a move in place to plan it.
+
+
+def _pauses(logged, evaluated, last_step, batch):
+    """The seconds training paused at each evaluation before `last_step`: the time between
+    the train records around it less their steps at the rate of the record after it (main.py
+    measures that rate from the step after the pause). Over one log interval, not the whole
+    window: a rate a few percent off over hundreds of steps would hide a pause of seconds."""
+    pauses = []
+    for step in (step for step in evaluated if step < last_step):
+        before = [r for r in logged if r['step'] <= step]
+        after = [r for r in logged if r['step'] > step]
+        if before and after and after[0].get('images_per_sec'):
+            pauses.append(max(0.0, after[0]['time'] - before[-1]['time'] - (
+                after[0]['step'] - before[-1]['step']) * batch / after[0]['images_per_sec']))
+    return pauses or [0.0]
+
+
+class RateProbe:
+    """A stop_when for runner.command (module docstring): answers True (stop and restart) when
+    the first steps show a restart worth its cost. `decision` then holds {'evaluations',
+    'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
+    that fit without a restart; and 'in_place' once `move` (decision, plan -> the plan moved
+    in place, or None where it cannot) moved the running run's end (`moved`: the plan it
+    trains now). `say`, when given, prints steps_line as soon as it decides."""
+
+    def __init__(self, plan, model_dir, deadline, first_step, say=None, move=None):
+        self.plan, self.model_dir, self.deadline, self.say = plan, model_dir, deadline, say
+        self.move = move
+        self.moved = None
+        self.first_step = first_step or 0
+        self.from_step = self.first_step + PROBE_STEPS
+        if self.first_step < plan.freeze_steps:  # The frozen steps run at another rate.
+            self.from_step = max(self.from_step, plan.freeze_steps + 1)
+        self.started = time.time()
+        self.decision = None
+        self._evaluations_seen = 0
+
+    def _window(self, records=PROBE_RECORDS):
+        """(first record, last record, the rate over up to `records` records past the first
+        evaluation (None: all), the pauses, the evaluated steps) or None."""
+        log = training_log(self.model_dir)
+        logged = [r for r in train_records(self.model_dir, self.started, log)
+                  if r.get('images_per_sec')]
+        if len(logged) < 2:
+            return None
+        first = logged[0]
+        evaluated = [r['step'] for r in log if r.get('event') == 'eval'
+                     and r.get('step', 0) > first['step']]
+        if not evaluated:
+            return None
+        index = [i for i, r in enumerate(logged) if i and r['step'] > evaluated[0]
+                 and r['step'] >= self.from_step][:records]
+        if len(index) < (records or 1):
+            return None
+        record = logged[index[-1]]
+        # Each record's rate weighted by its steps: the one logged at an evaluation's step may
+        # hold a step or two and the checkpoint written before it.
+        spans = [(logged[i]['step'] - logged[i - 1]['step'], logged[i]['images_per_sec'])
+                 for i in index]
+        rate = sum(steps for steps, _ in spans) / sum(steps / each for steps, each in spans)
+        pauses = _pauses(logged, evaluated, record['step'], self.plan.global_batch)
+        return first, record, rate, pauses, evaluated
+
+    def __call__(self, line):
+        if 'images/s' not in line:
+            return False
+        if self.decision is not None:
+            self._again()
+            return False
+        window = self._window()
+        if window is None:
+            return False
+        first, record, rate, pauses, evaluated = window
+        self._evaluations_seen = len(evaluated)
+        batch = self.plan.global_batch
+        # Start-up: the process's start to its first step, less the steps logged since.
+        startup = max(1.0, first['time'] - self.started
+                      - (first['step'] - self.first_step) * batch / rate)
+        load = load_factor(startup, self.plan.startup_seconds)
+        # The window's first evaluation also builds its graph (a one-off of a few seconds): the
+        # measured figure is an upper bound, so the table's (times the load) caps it.
+        evaluation = min(sum(pauses) / len(pauses), planned_evaluation_seconds(self.plan) * load)
+        left = self.deadline - time.time()
+        fit, evaluations = (corrected_evaluations(self.plan, left, record['step'], rate, restart,
+                                                  load, evaluation)
+                            for restart in (0.0, startup))
+        self.decision = {'evaluations': evaluations, 'step': record['step'],
+                         'rate': round(rate, 2), 'startup': round(startup, 1),
+                         'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
+                         'restart': worth_restarting(self.plan, evaluations, fit,
+                                                     record['step'])}
+        whole = corrected_evaluations(self.plan, left, record['step'], rate, 0.0, load,
+                                      evaluation, share=WHOLE)
+        if whole == self.plan.evaluations and not steps_asked(self.plan):
+            self.decision.update(evaluations=whole, restart=False)  # Fits as planned.
+        elif self._move_to(whole, record['step']):
+            self.decision.update(evaluations=whole, fit=whole, restart=False, in_place=True)
+        if self.say:  # As it is decided, not when training ends.
+            self.say(steps_line(self.plan, self.decision))
+        return self.decision['restart']
+
+    def _move_to(self, evaluations, step):
+        """Moves the running main.py's end to `evaluations` (the plan it trains now stays
+        otherwise); True when it did."""
+        current = self.moved or self.plan
+        if (self.move is None or steps_asked(self.plan) or evaluations == current.evaluations
+                or evaluations * current.eval_interval <= step):
+            return False
+        moved = self.move(dict(self.decision, evaluations=evaluations), current)
+        if moved is None:
+            return False
+        self.moved = moved
+        return True
+
+    def _again(self):
+        """After each evaluation past the first decision: the evaluations that fit whole from
+        all the records since, the end moved where they changed (a line says so)."""
+        if self.move is None or self.decision['restart']:  # Stopped for a restart.
+            return
+        window = self._window(records=None)
+        if window is None or len(window[4]) <= self._evaluations_seen:
+            return
+        _, record, rate, pauses, evaluated = window
+        if record['step'] <= evaluated[-1]:  # A record past the newest evaluation first.
+            return
+        self._evaluations_seen = len(evaluated)
+        current, load = self.moved or self.plan, self.decision['load']
+        evaluation = min(sum(pauses) / len(pauses), planned_evaluation_seconds(current) * load)
+        whole = corrected_evaluations(current, self.deadline - time.time(), record['step'],
+                                      rate, 0.0, load, evaluation, share=WHOLE)
+        before = dict(self.decision)
+        self.decision.update(step=record['step'], rate=round(rate, 2),
+                             evaluation=round(evaluation, 1))
+        if self._move_to(whole, record['step']):
+            self.decision.update(evaluations=whole, fit=whole, restart=False, in_place=True)
+            if self.say:
+                self.say(steps_line(current, self.decision))
+        else:
+            self.decision = before
+
+
+def steps_line(plan, decision) -> str:
+    """The line the run prints when the measured steps change (or keep) the planned steps."""
+    fit = decision.get('fit', decision['evaluations'])
+    if decision.get('in_place'):
+        verdict = ('%d steps instead of %d: the run ends there, its cosine and moving average '
+                   'following, without a restart' % (decision['evaluations'] * plan.eval_interval,
+                                                    plan.steps))
+    elif decision['restart']:
+        verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '
+                   'with the new number' % (decision['evaluations'] * plan.eval_interval,
+                                            plan.steps))
+    elif not steps_asked(plan) and ends_here(plan, decision['evaluations'], fit,
+                                             decision['step']):
+        verdict = ('about %d of the planned %d steps fit; a restart to fewer would end at this '
+                   'step, so training goes on until the time budget stops it' % (
+                       fit * plan.eval_interval, plan.steps))
+    elif fit < plan.evaluations and not steps_asked(plan):
+        verdict = ('about %d of the planned %d steps fit (within %d%%): the time budget stops '
+                   'training' % (fit * plan.eval_interval, plan.steps, 100 * TOLERANCE))
+    else:
+        verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
+    evaluation = ('' if decision.get('evaluation') is None else
+                  ', an evaluation %.1f s (planned %.1f)' % (
+                      decision['evaluation'], planned_evaluation_seconds(plan)))
+    return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
+            '(planned %.0f; the end estimated x%.2f)%s: %s' % (
+                decision['step'], decision['rate'], plan.images_per_second, decision['startup'],
+                plan.startup_seconds, decision['load'], evaluation, verdict))
+

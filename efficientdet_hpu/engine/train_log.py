@@ -10,7 +10,9 @@ import time
 
 import tensorflow as tf
 
-JSON_LOG = 'train_log.jsonl'
+from efficientdet_hpu.core import json_log
+
+JSON_LOG = json_log.JSON_LOG
 MEMORY_CSV = 'memory.csv'
 
 
@@ -22,17 +24,7 @@ def append_json_log(model_dir, record):
 
 def read_json_log(model_dir):
     """Returns the records of model_dir's JSON log, skipping a torn last line."""
-    records = []
-    path = os.path.join(model_dir, JSON_LOG)
-    if not os.path.exists(path):
-        return records
-    with open(path) as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-    return records
+    return json_log.read(model_dir)
 
 
 def training_final_step(model_dir):

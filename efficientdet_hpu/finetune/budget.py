@@ -20,11 +20,12 @@ The arithmetic is pure (`corrected_evaluations`); probe.RateProbe reads main.py'
 train_log.jsonl.
 """
 import dataclasses
-import json
 import math
 import os
 import statistics
 import time
+
+from efficientdet_hpu.core import json_log
 
 TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth a restart.
 # The run's rate off the one its steps were set from by more than this: the closing line says so.
@@ -82,19 +83,9 @@ def worth_changing(plan, evaluations) -> bool:
 
 
 def training_log(model_dir):
-    """main.py's records in model_dir/train_log.jsonl (engine/train_log.py, which imports
-    TensorFlow), a line cut short by a write in progress skipped."""
-    records = []
-    try:
-        with open(os.path.join(model_dir, 'train_log.jsonl')) as stream:
-            for line in stream:
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        pass
-    return [record for record in records if isinstance(record, dict) and 'event' in record]
+    """main.py's records in model_dir/train_log.jsonl (core/json_log.py), those with an event."""
+    return [record for record in json_log.read(model_dir)
+            if isinstance(record, dict) and 'event' in record]
 
 
 def train_records(model_dir, since=0.0, log=None):

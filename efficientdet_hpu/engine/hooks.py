@@ -297,12 +297,14 @@ def checkpoint_hook(run, clock=None):
                           config.checkpoint_save_graph_def, clock)
 
 
-def make_training_hooks(run, stop_step, pause_steps=(), clock=None, evaluation=None):
+def make_training_hooks(run, stop_step, pause_steps=(), clock=None, evaluation=None,
+                        epoch=False):
     """The hooks of one Estimator.train() call of `run` (a setup.Run) that stops at
     `stop_step` (pause_steps: TrainLogHook's); images/s count the global batch (all ranks
     and accumulated micro-batches). clock: the run's WallTime, whose StepTimeHook comes
     first. evaluation: the call's training_eval.EvaluationHook (not in the list: it comes
-    after the saver), whose steps and the pauses follow an end --steps_file moves."""
+    after the saver), whose steps and the pauses follow an end --steps_file moves. epoch: the
+    call trains one epoch of train_by_epochs (--steps_file only ends it sooner)."""
     options = run.options
     log_dir = setup.rank_log_dir(options)
     hooks = [wall_time.StepTimeHook(clock)] if clock is not None else []
@@ -317,7 +319,7 @@ def make_training_hooks(run, stop_step, pause_steps=(), clock=None, evaluation=N
         def on_move(end, stop):
             log.retarget(end, stop, None if evaluation is None else evaluation.retarget(end))
         hooks.append(steps_file.StepsFileHook(path, stop_step, run.settings.schedule.total_steps,
-                                              on_move))
+                                              on_move, epoch))
     if log_dir is not None:
         hooks.append(SummaryHook(log_dir, options.iterations_per_loop))
     if options.profile_steps and distributed.is_main():

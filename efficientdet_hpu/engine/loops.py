@@ -41,13 +41,14 @@ def current_step(run):
     return distributed.broadcast_object(step)
 
 
-def train_until(run, max_steps, clock=None, evaluation=None):
+def train_until(run, max_steps, clock=None, evaluation=None, epoch=False):
     """Trains to max_steps; raises preemption.Stopped when a signal stopped it (the
     checkpoint of the stop step is then written).
 
     clock: the run's wall_time.WallTime; evaluation: (training_eval.Evaluator, a function of
     the run's last step giving the steps to evaluate at) for evaluations inside this train()
-    call. With --steps_file its hook stops the call (the file may move the end later)."""
+    call. With --steps_file its hook stops the call: at the end the file moves, sooner or later,
+    or for an epoch (`epoch`, train_by_epochs) at max_steps or sooner."""
     start_step = current_step(run)
     if start_step < max_steps:
         pattern = None if run.options.use_fake_data else run.options.training_file_pattern
@@ -56,14 +57,15 @@ def train_until(run, max_steps, clock=None, evaluation=None):
         eval_hook = None if evaluator is None else training_eval.EvaluationHook(
             run, evaluator, steps_for, saver, clock)
         train_hooks = hooks.make_training_hooks(
-            run, max_steps, eval_hook.steps if eval_hook else (), clock, eval_hook)
+            run, max_steps, eval_hook.steps if eval_hook else (), clock, eval_hook, epoch)
         train_hooks += [saver] if saver is not None else []
         if eval_hook is not None:  # After the saver and the stop and log hooks.
             train_hooks.append(eval_hook)
         # Only rank 0 has a CheckpointSaverHook, whose saves the listener checks.
         listeners = ([hooks.FiniteWeightsListener(run.options.model_dir)]
                      if distributed.is_main() else None)
-        limit = steps_file.NO_LIMIT if run.settings.runtime.steps_file else max_steps
+        limit = (steps_file.NO_LIMIT if run.settings.runtime.steps_file and not epoch
+                 else max_steps)
         with bad_records.named_data_errors(pattern, run.config.num_classes):
             run.estimator.train(train_input_fn(run, start_step), max_steps=limit,
                                 hooks=train_hooks, saving_listeners=listeners)
@@ -119,7 +121,7 @@ def train_by_epochs(run, clock=None):
                     last)
         if early_stop.reached(run):  # After the last evaluation, or a rerun after a stop.
             break
-        train_until(run, step, clock)
+        train_until(run, step, clock, epoch=True)
         with wall_time.phase(clock, wall_time.EVALUATIONS):
             checkpoint_eval.evaluate_latest(run)
         preemption.stop_if_asked(run.options.model_dir)  # A signal during the evaluation.

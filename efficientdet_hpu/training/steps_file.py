@@ -21,7 +21,7 @@ from absl import logging
 import tensorflow as tf
 import tensorflow.compat.v1 as tf1
 
-from efficientdet_hpu.core.run_end import EMA_DECAY, TOTAL_STEPS, WARMUP_STEPS, read, target_steps
+from efficientdet_hpu.core.run_end import EMA_DECAY, TOTAL_STEPS, WARMUP_STEPS, read
 
 COLLECTION = 'steps_file_targets'
 
@@ -44,15 +44,15 @@ NO_LIMIT = 2 ** 62
 class StepsFileHook(tf1.train.SessionRunHook):
     """Reads the file after every step (a stat; it is read only when it changed) and ends the
     train() call at its step. `planned_end`: the run's last step as planned (the variables'
-    values at the start); a call that stops before the run's end (an epoch) stops at the
-    file's step only when that comes sooner. `on_move(end, stop_step)`: told the run's new end
-    and this call's stop (the progress line's ETA and the evaluations follow them)."""
+    values at the start). `epoch`: the call trains one epoch (train_by_epochs), so it stops at
+    the file's step only when that comes before `stop_step`. `on_move(end, stop_step)`: told
+    the run's new end and this call's stop (the progress line's ETA and the evaluations follow
+    them)."""
 
-    def __init__(self, path, stop_step, planned_end=None, on_move=None):
+    def __init__(self, path, stop_step, planned_end=None, on_move=None, epoch=False):
         self._path, self._stop_step, self._on_move = path, stop_step, on_move
-        self._end = max(stop_step, planned_end or 0)
-        ends_later = stop_step < max(self._end, target_steps(path, self._end))
-        self._call_stop = stop_step if ends_later else None
+        self._end = stop_step if planned_end is None else planned_end  # The variables' value.
+        self._call_stop = stop_step if epoch else None
         self._seen = None
 
     def begin(self):

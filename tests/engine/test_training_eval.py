@@ -3,7 +3,7 @@ train_and_eval evaluates inside one train() call with graphs built once (1 train
 evaluation graph for 3 evaluations, against 3 + 3 epoch by epoch, as before) and the same metrics; the
 epoch-by-epoch path when a run cannot evaluate inside the session (said in one line); a stop
 signal during an evaluation, and one during the step that ends an epoch; each evaluation's
-progress line on both paths."""
+progress line on both paths; an end --steps_file moves, later or sooner, on both paths."""
 import contextlib
 import io
 import os
@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import tiny_engine
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.engine import loops
 from efficientdet_hpu.engine import preemption
 from efficientdet_hpu.engine import training_eval
@@ -147,6 +148,24 @@ def test_a_run_without_periodic_checkpoints_evaluates_epoch_by_epoch(val_pattern
                 '--cp_every_n_steps=0: no checkpoint saver to write the evaluation steps\' '
                 'checkpoints')
             assert evaluator.graph.finalized
+
+
+@pytest.mark.parametrize('path, asked, evaluated', [
+    ('in_session', 12, [2, 5, 7, 10, 12]), ('by_epoch', 12, [2, 5, 7, 10, 12]),
+    ('by_epoch', 4, [2, 4])])
+def test_a_steps_file_moves_the_end_and_the_evaluations_follow(val_pattern, tmp_path, path,
+                                                               asked, evaluated):
+    """--steps_file asking for 12 (or 4) of the planned 7 steps (2.5 an epoch): the run ends
+    there on both paths, evaluating at the epochs' ends up to it, the last at it."""
+    steps = str(tmp_path / 'steps.json')
+    run_end.write(steps, asked)
+    model_dir = str(tmp_path / 'model')
+    status, _, _ = _execute(engine_options(model_dir, val_pattern, steps_file=steps),
+                            TinyModel(prediction_hook=path == 'by_epoch'))
+    assert status == 0
+    assert logged_steps(model_dir, 'eval') == evaluated
+    assert checkpoint_steps(model_dir)[-1] == asked
+    assert logged_steps(model_dir, 'train')[-1] == asked
 
 
 def test_describe_lists_the_steps():

@@ -297,21 +297,21 @@ def checkpoint_hook(run, clock=None):
                           config.checkpoint_save_graph_def, clock)
 
 
-def make_training_hooks(run, stop_step, pause_steps=(), clock=None, evaluation=None,
-                        epoch=False):
+def make_training_hooks(run, stop_step, clock=None, evaluation=None, epoch=False):
     """The hooks of one Estimator.train() call of `run` (a setup.Run) that stops at
-    `stop_step` (pause_steps: TrainLogHook's); images/s count the global batch (all ranks
-    and accumulated micro-batches). clock: the run's WallTime, whose StepTimeHook comes
-    first. evaluation: the call's training_eval.EvaluationHook (not in the list: it comes
-    after the saver), whose steps and the pauses follow an end --steps_file moves. epoch: the
-    call trains one epoch of train_by_epochs (--steps_file only ends it sooner)."""
+    `stop_step`; images/s count the global batch (all ranks and accumulated micro-batches).
+    clock: the run's WallTime, whose StepTimeHook comes first. evaluation: the call's
+    training_eval.EvaluationHook (not in the list: it comes after the saver), whose steps are
+    TrainLogHook's pauses and follow an end --steps_file moves. epoch: the call trains one
+    epoch of train_by_epochs (--steps_file only ends it sooner)."""
     options = run.options
     log_dir = setup.rank_log_dir(options)
     hooks = [wall_time.StepTimeHook(clock)] if clock is not None else []
     log = TrainLogHook(log_dir, run.settings.batch.global_size,
                        max(run.settings.schedule.total_steps, stop_step),
                        options.log_every_n_steps, write_files=log_dir is not None,
-                       stop_step=stop_step, pause_steps=pause_steps)
+                       stop_step=stop_step,
+                       pause_steps=evaluation.steps if evaluation is not None else ())
     hooks += [FiniteGuardHook(options.model_dir if distributed.is_main() else None),
               preemption.StopAtSignalHook(), log]
     path = run.settings.runtime.steps_file

@@ -56,8 +56,7 @@ def train_until(run, max_steps, clock=None, evaluation=None, epoch=False):
         evaluator, steps_for = evaluation or (None, None)
         eval_hook = None if evaluator is None else training_eval.EvaluationHook(
             run, evaluator, steps_for, saver, clock)
-        train_hooks = hooks.make_training_hooks(
-            run, max_steps, eval_hook.steps if eval_hook else (), clock, eval_hook, epoch)
+        train_hooks = hooks.make_training_hooks(run, max_steps, clock, eval_hook, epoch)
         train_hooks += [saver] if saver is not None else []
         if eval_hook is not None:  # After the saver and the stop and log hooks.
             train_hooks.append(eval_hook)

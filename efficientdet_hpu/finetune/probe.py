@@ -49,6 +49,13 @@ def _pauses(logged, evaluated, last_step, batch):
     return pauses or [0.0]
 
 
+def _evaluation_seconds(pauses, plan, load):
+    """An evaluation's measured seconds, at most the plan's times `load`: the first evaluation
+    also builds its graph (a one-off of a few seconds), so the measured mean is an upper
+    bound."""
+    return min(sum(pauses) / len(pauses), planned_evaluation_seconds(plan) * load)
+
+
 class RateProbe:
     """A stop_when for runner.command (module docstring): answers True (stop and restart) when
     the first steps show a restart worth its cost. `decision` then holds {'evaluations',
@@ -111,9 +118,7 @@ class RateProbe:
         startup = max(1.0, first['time'] - self.started
                       - (first['step'] - self.first_step) * batch / rate)
         load = load_factor(startup, self.plan.startup_seconds)
-        # The window's first evaluation also builds its graph (a one-off of a few seconds): the
-        # measured figure is an upper bound, so the table's (times the load) caps it.
-        evaluation = min(sum(pauses) / len(pauses), planned_evaluation_seconds(self.plan) * load)
+        evaluation = _evaluation_seconds(pauses, self.plan, load)
         left = self.deadline - time.time()
         fit, evaluations = (corrected_evaluations(self.plan, left, record['step'], rate, restart,
                                                   load, evaluation)
@@ -159,7 +164,7 @@ class RateProbe:
             return
         self._evaluations_seen = len(evaluated)
         current, load = self.moved or self.plan, self.decision['load']
-        evaluation = min(sum(pauses) / len(pauses), planned_evaluation_seconds(current) * load)
+        evaluation = _evaluation_seconds(pauses, current, load)
         whole = corrected_evaluations(current, self.deadline - time.time(), record['step'],
                                       rate, 0.0, load, evaluation, share=WHOLE)
         before = dict(self.decision)

@@ -41,6 +41,12 @@ def current_step(run):
     return distributed.broadcast_object(step)
 
 
+def last_step(run):
+    """The run's last step: the plan's, or the one --steps_file moved it to (a rerun goes on
+    to it too: training/steps_file.py)."""
+    return run_end.target_steps(run.settings.runtime.steps_file, run.settings.schedule.total_steps)
+
+
 def train_until(run, max_steps, clock=None, evaluation=None, epoch=False):
     """Trains to max_steps; raises preemption.Stopped when a signal stopped it (the
     checkpoint of the stop step is then written).
@@ -86,7 +92,7 @@ def train_and_eval(run, clock=None):
     """One train() call to the final step, evaluating inside it at each epoch's end still to
     come (engine/training_eval.py), the graphs built once; epoch by epoch (train_by_epochs)
     when there is nothing to train or the run cannot evaluate inside the session."""
-    total_steps = run.settings.schedule.total_steps
+    total_steps = last_step(run)
     start_step = current_step(run)
     if start_step >= total_steps:  # Nothing to train: the last checkpoint is evaluated.
         train_by_epochs(run, clock)
@@ -99,8 +105,7 @@ def train_and_eval(run, clock=None):
             def steps_for(last):
                 return [step for step in evaluation_steps(run.settings.schedule, last)
                         if step > start_step]
-            last = run_end.target_steps(run.settings.runtime.steps_file, total_steps)
-            logging.info('train_and_eval: %s', training_eval.describe(steps_for(last)))
+            logging.info('train_and_eval: %s', training_eval.describe(steps_for(total_steps)))
             train_until(run, total_steps, clock, evaluation=(evaluator, steps_for))
             return
     training_eval.log_fallback(reason)
@@ -111,10 +116,8 @@ def train_by_epochs(run, clock=None):
     """train_and_eval as a train() call per epoch, each followed by an evaluation through
     Estimator.predict (a graph and session built for each); with nothing left to train, the
     last checkpoint is evaluated."""
-    path, planned = run.settings.runtime.steps_file, run.settings.schedule.total_steps
     while True:
-        # --steps_file may have moved the end (training/steps_file.py).
-        last = run_end.target_steps(path, planned)
+        last = last_step(run)  # --steps_file may have moved the end.
         start = current_step(run)
         step = next((s for s in evaluation_steps(run.settings.schedule, last) if s > start),
                     last)
@@ -124,7 +127,7 @@ def train_by_epochs(run, clock=None):
         with wall_time.phase(clock, wall_time.EVALUATIONS):
             checkpoint_eval.evaluate_latest(run)
         preemption.stop_if_asked(run.options.model_dir)  # A signal during the evaluation.
-        if current_step(run) >= run_end.target_steps(path, planned) or start >= step:
+        if current_step(run) >= last_step(run) or start >= step:
             break
 
 
@@ -144,7 +147,7 @@ def execute(run):
     announce_resume(run)
     try:
         if options.mode == 'train':
-            train_until(run, run.settings.schedule.total_steps, clock)
+            train_until(run, last_step(run), clock)
             if options.eval_after_training:
                 with wall_time.phase(clock, wall_time.EVALUATIONS):
                     checkpoint_eval.evaluate_latest(run)
@@ -177,7 +180,7 @@ def announce_resume(run):
     latest = checkpoints.latest_checkpoint(run.options.model_dir)
     if not latest:
         return
-    step, total_steps = checkpoints.checkpoint_step(latest), run.settings.schedule.total_steps
+    step, total_steps = checkpoints.checkpoint_step(latest), last_step(run)
     if step >= total_steps:
         print(resume_check.nothing_to_train_line(latest, step, total_steps), flush=True)
     else:

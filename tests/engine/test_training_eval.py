@@ -168,6 +168,23 @@ def test_a_steps_file_moves_the_end_and_the_evaluations_follow(val_pattern, tmp_
     assert logged_steps(model_dir, 'train')[-1] == asked
 
 
+def test_a_rerun_goes_on_to_the_end_the_steps_file_moved(val_pattern, tmp_path):
+    """A run trained to its planned 7 steps, then the file asks 12: the same command rerun
+    trains on to 12 in the session, evaluating at 10 and 12, and says nothing of an end
+    reached."""
+    model_dir, steps = str(tmp_path / 'model'), str(tmp_path / 'steps.json')
+    options = engine_options(model_dir, val_pattern, steps_file=steps)
+    assert _execute(options, TinyModel())[0] == 0
+    run_end.write(steps, 12)
+    status, printed, logged = _execute(options, TinyModel())
+    assert status == 0
+    assert logged_steps(model_dir, 'eval') == [2, 5, 7, 10, 12]
+    assert checkpoint_steps(model_dir)[-1] == 12
+    assert 'nothing to train' not in printed
+    assert any('evaluations at steps 10 and 12, in the training session' in line
+               for line in logged)
+
+
 def test_describe_lists_the_steps():
     assert training_eval.describe([7]) == 'evaluations at step 7, in the training session'
     assert training_eval.describe([2, 5, 7]) == (

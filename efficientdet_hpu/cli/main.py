@@ -48,7 +48,8 @@ def define_flags():
                         'computing metrics.')
     flags.DEFINE_integer('num_examples_per_epoch', 0, 'Images per epoch (0: read from the '
                          'converter summary beside the training shards, else count records).')
-    flags.DEFINE_integer('num_epochs', None, 'Epochs to train (default: hparams num_epochs).')
+    flags.DEFINE_float('num_epochs', None, 'Epochs to train (default: hparams num_epochs); a '
+                       'fraction ends inside an epoch, at int(epochs x steps per epoch).')
     flags.DEFINE_integer('iterations_per_loop', 100, 'Steps between TensorBoard summaries.')
     flags.DEFINE_integer('log_every_n_steps', 100, 'Steps between log lines.')
     flags.DEFINE_integer('cp_every_n_steps', 1000, 'Steps between checkpoints.')

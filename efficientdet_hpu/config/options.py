@@ -24,7 +24,7 @@ class RunOptions:
     val_json_file: str
     testdev_dir: str
     num_examples_per_epoch: int
-    num_epochs: int
+    num_epochs: float
     iterations_per_loop: int
     log_every_n_steps: int
     cp_every_n_steps: int

@@ -79,13 +79,18 @@ def train_until(run, max_steps, clock=None, evaluation=None, epoch=False):
 
 def evaluation_steps(schedule, total_steps=None):
     """The steps train_and_eval evaluates at: epoch ends at int(epoch * steps per epoch) (a
-    float, as automl counts), the last at the final step (`total_steps` when given: an end
-    --steps_file moved); one per epoch, ascending."""
+    float, as automl counts) before the last step, then the last step (`total_steps` when
+    given: an end --steps_file moved; inside an epoch where num_epochs is a fraction or the
+    file says so); ascending."""
     total_steps = schedule.total_steps if total_steps is None else total_steps
-    epochs = max(1, int(round(total_steps / schedule.steps_per_epoch)))
-    return [total_steps if epoch == epochs
-            else min(int(epoch * schedule.steps_per_epoch), total_steps)
-            for epoch in range(1, epochs + 1)]
+    ends = []
+    epoch = 1
+    while int(epoch * schedule.steps_per_epoch) < total_steps:
+        end = int(epoch * schedule.steps_per_epoch)
+        if end > (ends[-1] if ends else 0):  # Epochs under a step end at the same step.
+            ends.append(end)
+        epoch += 1
+    return ends + [total_steps]
 
 
 def train_and_eval(run, clock=None):

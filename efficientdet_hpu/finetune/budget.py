@@ -3,12 +3,13 @@ the command ends within about 10% of --max_minutes (or earlier by early stop).
 
   before training  the time left after the data, doctor and converter stages, measured, sets
                    the number of evaluations (the interval stays: the steps are whole
-                   evaluations, as plan.yaml gives main.py); their time against the estimate
-                   scales the estimates of the start-up, evaluations and export, and divides
-                   the cost table's training rate: on the suite's sets a machine whose stages
-                   ran 1.2-1.7 times their estimate trained at 0.58-0.85 of the table's rate,
-                   so the first steps confirm the steps more often than they cut them (a rate
-                   measured in model_dir, e.g. by the search, is taken as it is)
+                   evaluations until a move in place ends them at any step); their time
+                   against the estimate scales the estimates of the start-up, evaluations and
+                   export, and divides the cost table's training rate: on the suite's sets a
+                   machine whose stages ran 1.2-1.7 times their estimate trained at 0.58-0.85
+                   of the table's rate, so the first steps confirm the steps more often than
+                   they cut them (a rate measured in model_dir, e.g. by the search, is taken
+                   as it is)
   while training   main.py's own log corrects the steps as it trains, moving its end in
                    place (finetune/probe.py). A restart costs a start-up, but a time-budget
                    stop costs more: it cuts the cosine before its rate reaches zero, where
@@ -32,6 +33,11 @@ TOLERANCE = 0.05  # A change of steps under this share of the plan is not worth 
 TOLERANCE_RATE = 0.1
 LOAD_RANGE = (0.5, 3.0)  # The start-up ratio applied to the other stages, clamped.
 FIT_SHARE = 0.5  # The share of an evaluation interval that must fit for it to be planned.
+# The share of the time left that an end fitted at any step (fitted_end) leaves spare, and at
+# least these seconds: the time-budget stop, at the same estimates, would otherwise come first
+# in about half the runs, and late in a run, during its last evaluation.
+END_MARGIN = 0.03
+END_MARGIN_SECONDS = 10.0
 
 
 def load_factor(measured_startup, planned_startup) -> float:
@@ -47,15 +53,15 @@ def planned_evaluation_seconds(plan) -> float:
 
 
 def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=1.0,
-                          per_evaluation=None, share=FIT_SHARE) -> int:
+                          per_evaluation=None) -> int:
     """The evaluations (of plan.eval_interval steps each) that fit `seconds_left` from `step`
     on at `rate` training images/s, after a restart of `restart_seconds` (0: none), the
     remaining evaluations (`per_evaluation` seconds each when measured) and the whole-photo
     evaluation with the export (the plan's estimates times `load`); at least one more than
-    those done. An interval counts when `share` of it fits; FIT_SHARE, half, for a plan made
-    before main.py runs: the time-budget stop then ends it early, cutting the cosine where its
-    rate is near zero, where leaving it out would leave up to a whole interval of the budget
-    unused (a move in place, later and better measured, plans whole ones: finetune/probe.py)."""
+    those done. An interval counts when FIT_SHARE, half, of it fits: the time-budget stop then
+    ends it early, cutting the cosine where its rate is near zero, where leaving it out would
+    leave up to a whole interval of the budget unused (a move in place, later and better
+    measured, ends at any step: fitted_end)."""
     parts = dict(plan.seconds)
     final = parts['whole photos + export'] * load
     if per_evaluation is None:
@@ -67,8 +73,31 @@ def corrected_evaluations(plan, seconds_left, step, rate, restart_seconds, load=
     left_in_interval = (plan.eval_interval - step % plan.eval_interval) % plan.eval_interval
     spare -= left_in_interval * plan.global_batch / rate + (per_evaluation if left_in_interval
                                                             else 0.0)
-    more = int(math.floor(spare / per_interval + 1.0 - share)) if spare > 0 else 0
+    more = int(math.floor(spare / per_interval + 1.0 - FIT_SHARE)) if spare > 0 else 0
     return max(done + (1 if left_in_interval else 0) + more, done + 1, 1)
+
+
+def fitted_end(plan, seconds_left, step, rate, load=1.0, per_evaluation=None,
+               margin=END_MARGIN) -> int:
+    """The last step that fits `seconds_left` from `step` on at `rate` training images/s, an
+    evaluation at each interval's end on the way and one at the end (`per_evaluation` seconds
+    each when measured), then the whole-photo evaluation with the export (the plan's estimates
+    times `load`), `margin` of the time left spare (at least END_MARGIN_SECONDS); at least
+    `step` + 1. A run moved in place
+    ends there (finetune/probe.py): main.py evaluates at any end."""
+    if per_evaluation is None:
+        per_evaluation = planned_evaluation_seconds(plan) * load
+    per_step = plan.global_batch / rate
+    spare = seconds_left - dict(plan.seconds)['whole photos + export'] * load
+    spare -= max(margin * spare, END_MARGIN_SECONDS)
+    interval, end = plan.eval_interval, step + 1
+    boundary = (step // interval + 1) * interval  # The first interval's end past `step`.
+    crossed = 0  # The intervals' ends before the end, each an evaluation.
+    while True:
+        reach = step + int((spare - per_evaluation * (crossed + 1)) / per_step)
+        if reach <= boundary:
+            return max(end, reach)
+        end, boundary, crossed = boundary, boundary + interval, crossed + 1
 
 
 def steps_asked(plan) -> bool:
@@ -130,14 +159,19 @@ def ends_here(plan, evaluations, fit, step) -> bool:
 
 
 def with_evaluations(plan, evaluations, why):
-    """The plan with `evaluations` evaluations of its interval; its time, its warm-up (and
-    freeze), EMA and early-stop patience set for the new steps as the plan sets them, and their
-    lines updated. A run under way takes them on at its restart: a warm-up and an EMA horizon
-    planned for more steps would hold the shortened run's rate low and its averaged weights
-    back."""
+    """with_steps at `evaluations` whole intervals."""
+    return with_steps(plan, evaluations * plan.eval_interval, why)
+
+
+def with_steps(plan, steps, why):
+    """The plan with `steps` (an evaluation at each interval's end and at the last step); its
+    time, its warm-up (and freeze), EMA and early-stop patience set for the new steps as the
+    plan sets them, and their lines updated. A run under way takes them on at its restart or
+    its move in place: a warm-up and an EMA horizon planned for more steps would hold the
+    shortened run's rate low and its averaged weights back."""
     from efficientdet_hpu.finetune import plan_reasons  # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.finetune import schedule  # pylint: disable=import-outside-toplevel
-    steps = evaluations * plan.eval_interval
+    evaluations = -(-steps // plan.eval_interval)
     parts = dict(plan.seconds)
     parts['evaluations'] = planned_evaluation_seconds(plan) * evaluations
     parts['training'] = steps * plan.global_batch / plan.images_per_second
@@ -169,7 +203,7 @@ def rewrite(plan_yaml, plan_json, plan, notes=(), was=None):
     follow the steps); `plan_json` from `plan`. The run's (the Layout's) or a candidate's."""
     from efficientdet_hpu.core import atomic_file  # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
-    plan_file.set_evaluations(plan_yaml, plan.evaluations, notes,
+    plan_file.set_num_epochs(plan_yaml, plan_file.num_epochs(plan), notes,
                               plan_file.length_keys(was, plan) if was else None)
     atomic_file.write_json_atomically(plan_json, dataclasses.asdict(plan))
 
@@ -192,7 +226,7 @@ def before_training(runner, plan, deadline, step, spent):
     layout = runner.layout
     if deadline is None or os.path.exists(layout.training_json) or steps_asked(plan):
         return plan
-    if plan_file.planned_evaluations(layout.plan_yaml) != plan.evaluations:
+    if plan_file.planned_num_epochs(layout.plan_yaml) != plan_file.num_epochs(plan):
         runner.say('  steps as --hparams set them: not corrected to the time left')
         return plan
     load = stages_load(plan, spent)

@@ -10,19 +10,18 @@ from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import plan_file
 
 
-def _probed(plan, decision):
+def _probed(plan, decision, steps):
     why = 'corrected at step %d from the measured %.1f images/s and %.0f s start-up' % (
         decision['step'], decision['rate'], decision['startup'])
-    return budget.with_evaluations(
-        dataclasses.replace(plan, images_per_second=decision['rate']), decision['evaluations'],
-        why)
+    return budget.with_steps(
+        dataclasses.replace(plan, images_per_second=decision['rate']), steps, why)
 
 
 def after_probe(runner, plan, decision):
     """The plan with the probe's evaluations, written (the probe said its line)."""
     if not decision['restart']:
         return plan
-    corrected = _probed(plan, decision)
+    corrected = _probed(plan, decision, decision['evaluations'] * plan.eval_interval)
     budget.rewrite(runner.layout.plan_yaml, runner.layout.plan_json, corrected, was=plan)
     return corrected
 
@@ -33,12 +32,13 @@ def move_in_place(runner, plan, decision):
     move to the new plan's, as a restart with it would set them, without the restart), and the
     plan rewritten to what it now trains (its early-stop patience kept: main.py's flag).
     Returns that plan, or None where a restart is needed: a frozen backbone's steps the move
-    would shift that are not over. decision: probe.RateProbe's, its evaluations the new
-    number."""
-    if (decision['evaluations'] == plan.evaluations or budget.steps_asked(plan)
-            or plan_file.planned_evaluations(runner.layout.plan_yaml) != plan.evaluations):
+    would shift that are not over. decision: probe.RateProbe's, its 'end' the new last step
+    (any step: main.py evaluates there)."""
+    if (decision['end'] == plan.steps or budget.steps_asked(plan)
+            or plan_file.planned_num_epochs(runner.layout.plan_yaml)
+            != plan_file.num_epochs(plan)):
         return None  # Steps that --steps or --hparams set stay (the time budget stops them).
-    corrected = _probed(plan, decision)
+    corrected = _probed(plan, decision, decision['end'])
     if (corrected.freeze_steps != plan.freeze_steps
             and max(corrected.freeze_steps, plan.freeze_steps) > decision['step']):
         return None

@@ -118,7 +118,7 @@ class Plan:
 
     @property
     def evaluations(self) -> int:
-        return self.steps // self.eval_interval
+        return -(-self.steps // self.eval_interval)  # The last at the end, inside one or not.
 
     @property
     def total_seconds(self) -> float:

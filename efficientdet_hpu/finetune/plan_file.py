@@ -2,8 +2,9 @@
 
 The recipe's keys that name main.py flags set those flags (config/recipe.py RUN_OPTION_KEYS);
 the rest are hparams. `python main.py --hparams=OUT/plan.yaml --model_dir=OUT/model` trains
-the same steps as the fine-tune: the steps are whole evaluations (num_epochs) of
-num_examples_per_epoch images, so main.py's int(epochs x images / global batch) is exact.
+the same steps as the fine-tune: num_epochs evaluations of num_examples_per_epoch images,
+a fraction where an end moved while training (finetune/correction.py) falls inside one, so that
+main.py's int(epochs x images / global batch) is the plan's steps exactly.
 """
 import math
 
@@ -15,11 +16,20 @@ BACKBONE_SCOPE = 'efficientnet'  # var_freeze_expr: re.match on efficientnet-lit
 
 
 def warmup_epochs(warmup_steps, interval) -> float:
-    """lr_warmup_epoch (in evaluation intervals) whose int(x * interval) is warmup_steps."""
+    """Evaluation intervals whose int(x * interval) is `warmup_steps`, as main.py counts an
+    epoch's steps: lr_warmup_epoch, or a num_epochs that ends inside an interval."""
     value = round(warmup_steps / float(interval), 6)
     while int(value * interval) < warmup_steps:
         value = round(value + 1e-6, 6)
     return value
+
+
+def num_epochs(plan):
+    """The recipe's num_epochs for the plan's steps: its evaluations, or where the steps end
+    inside an interval the fraction whose int(x * interval) is the steps."""
+    if plan.steps % plan.eval_interval == 0:
+        return plan.steps // plan.eval_interval
+    return warmup_epochs(plan.steps, plan.eval_interval)
 
 
 def _nested(dotted):
@@ -48,7 +58,7 @@ def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> 
         'mode': 'train_and_eval', 'model_name': plan.model_name,
         'train_batch_size': plan.per_rank_batch, 'eval_batch_size': plan.per_rank_batch,
         'num_examples_per_epoch': plan.eval_interval * plan.global_batch,
-        'num_epochs': plan.evaluations,
+        'num_epochs': num_epochs(plan),
         'log_every_n_steps': max(1, min(50, plan.eval_interval // 2)),
         'cp_every_n_steps': plan.eval_interval, 'keep_checkpoint_max': 3,
         'early_stop_patience': plan.early_stop_patience,
@@ -118,15 +128,15 @@ def length_keys(was, now) -> dict:
     return {key: (before.get(key), value) for key, value in _length_values(now).items()}
 
 
-def set_evaluations(path, evaluations, notes=(), keys=None):
-    """Rewrites the recipe at `path` with num_epochs = `evaluations` (the steps are whole
-    evaluations), its header kept and `notes` (a search's result) added to it as comment
-    lines in place of earlier ones. `keys` {key: (was, now)}: each set to `now` where the
+def set_num_epochs(path, epochs, notes=(), keys=None):
+    """Rewrites the recipe at `path` with num_epochs = `epochs` (num_epochs(plan)), its header
+    kept and `notes` (a search's result) added to it as comment lines in place of earlier
+    ones. `keys` {key: (was, now)}: each set to `now` where the
     recipe holds `was` (a value --hparams set stays)."""
     with open(path, encoding='utf-8') as stream:
         text = stream.read()
     content = yaml.safe_load(text)
-    content['num_epochs'] = int(evaluations)
+    content['num_epochs'] = int(epochs) if float(epochs).is_integer() else float(epochs)
     for key, (was, now) in (keys or {}).items():
         if key in content and content[key] == was:
             content[key] = now
@@ -139,7 +149,7 @@ def set_evaluations(path, evaluations, notes=(), keys=None):
                 content, sort_keys=False, default_flow_style=False))
 
 
-def planned_evaluations(path):
+def planned_num_epochs(path):
     """num_epochs of the recipe at `path`."""
     with open(path, encoding='utf-8') as stream:
         return yaml.safe_load(stream).get('num_epochs')

@@ -2,36 +2,42 @@
 
   first steps      once main.py has logged PROBE_RECORDS records past the frozen backbone's
                    steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
-                   their steps; the steps before run slower, the first holding the first
-                   step's one-off cost), its start-up and an evaluation's seconds (at most the
-                   table's) against the cost table's. Where the evaluations that fit whole
-                   differ from the plan's, the running main.py is told through its --steps_file
-                   (finetune/correction.py): it ends there, sooner or later, its warm-up, cosine,
-                   moving average and evaluations following, with no restart (the last
-                   evaluation at the new end, its cosine at zero). Where it cannot (a frozen
-                   backbone's steps the move would shift, still to come), training is stopped
-                   when the steps differ from the plan's by more than TOLERANCE (SIGTERM: a
-                   checkpoint), plan.yaml gets the new number of evaluations and main.py resumes
-                   from the checkpoint; fewer fit by less: the time-budget stop ends training
-                   (a checkpoint) a little before the plan's last step, as it does where a
-                   restart would end at the step reached (budget.ends_here)
+                   their steps; the steps before run slower, the first holding the first step's
+                   one-off cost), its start-up and an evaluation's seconds (at most the table's)
+                   against the cost table's. Where the end that fits (budget.fitted_end: any
+                   step, END_MARGIN of the time left spare, at least END_MARGIN_SECONDS) differs
+                   from the plan's by MOVE_SHARE of the time to go (and MOVE_MIN_SECONDS), the
+                   running main.py is told through its --steps_file (finetune/correction.py): it
+                   ends there, sooner or later, its warm-up, cosine, moving average and
+                   evaluations following, with no restart (an evaluation at the new end, its
+                   cosine at zero; plan.yaml's num_epochs a fraction where the end falls inside
+                   an interval). Where it cannot (a frozen backbone's steps the move would
+                   shift, still to come), training is stopped when the steps differ from the
+                   plan's by more than TOLERANCE (SIGTERM: a checkpoint), plan.yaml gets the new
+                   number of evaluations and main.py resumes from the checkpoint; fewer fit by
+                   less: the time-budget stop ends training (a checkpoint) a little before the
+                   plan's last step, as it does where a restart would end at the step reached
+                   (budget.ends_here)
   each evaluation  after it, the same arithmetic over all the records since the first
-                   evaluation (and the evaluations' measured pauses) moves the end again when
-                   the evaluations that fit whole changed: the later the measurement, the
-                   nearer the end lands to the budget
-Only whole intervals are planned in place: a last interval the time-budget stop would cut ends
-unscored, its cosine cut where the rate is highest, and the steps after the last evaluation
-never count; on average half an interval of the budget is left instead.
+                   evaluation (and the evaluations' measured pauses) moves the end again: the
+                   later the measurement, the nearer the end lands to the budget
 """
 import time
 
 from efficientdet_hpu.finetune.budget import (
-    TOLERANCE, corrected_evaluations, ends_here, load_factor, planned_evaluation_seconds,
-    steps_asked, train_records, training_log, worth_restarting)
+    END_MARGIN, END_MARGIN_SECONDS, TOLERANCE, corrected_evaluations, ends_here, fitted_end,
+    load_factor, planned_evaluation_seconds, steps_asked, train_records, training_log,
+    worth_restarting)
 
 PROBE_STEPS = 10  # The rate is read from log records at least this many steps in,
 PROBE_RECORDS = 3  # and this many of them past the freeze and the first evaluation.
-WHOLE = 1.0  # The share of an interval that must fit for a move in place to plan it.
+# A move in place is made when the end that fits differs from the current one by this share of
+# the time still to train, and by at least MOVE_MIN_SECONDS of steps: under END_MARGIN and
+# END_MARGIN_SECONDS, so that an end found too late is always moved sooner before the
+# time-budget stop comes first, and a few steps' change is no move.
+MOVE_SHARE = 0.02
+MOVE_MIN_SECONDS = 5.0
+assert MOVE_SHARE < END_MARGIN and MOVE_MIN_SECONDS < END_MARGIN_SECONDS
 
 
 def _pauses(logged, evaluated, last_step, batch):
@@ -54,6 +60,13 @@ def _evaluation_seconds(pauses, plan, load):
     also builds its graph (a one-off of a few seconds), so the measured mean is an upper
     bound."""
     return min(sum(pauses) / len(pauses), planned_evaluation_seconds(plan) * load)
+
+
+def worth_moving(end, current, step, rate) -> bool:
+    """Whether a move in place of plan `current`'s end to step `end`, at `step` and `rate`
+    training images/s, is worth making (MOVE_SHARE, MOVE_MIN_SECONDS)."""
+    return end > step and abs(end - current.steps) >= max(
+        1, MOVE_MIN_SECONDS * rate / current.global_batch, MOVE_SHARE * (current.steps - step))
 
 
 class RateProbe:
@@ -128,32 +141,38 @@ class RateProbe:
                          'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
                          'restart': worth_restarting(self.plan, evaluations, fit,
                                                      record['step'])}
-        whole = corrected_evaluations(self.plan, left, record['step'], rate, 0.0, load,
-                                      evaluation, share=WHOLE)
-        if whole == self.plan.evaluations and not steps_asked(self.plan):
-            self.decision.update(evaluations=whole, restart=False)  # Fits as planned.
-        elif self._move_to(whole, record['step']):
-            self.decision.update(evaluations=whole, fit=whole, restart=False, in_place=True)
+        end = fitted_end(self.plan, left, record['step'], rate, load, evaluation)
+        if (end > record['step'] and not worth_moving(end, self.plan, record['step'], rate)
+                and not steps_asked(self.plan)):  # Fits as planned.
+            self.decision.update(evaluations=self.plan.evaluations, fit=self.plan.evaluations,
+                                 restart=False)
+        elif self._move_to(end, record['step']):
+            self._moved_to(end)
         if self.say:  # As it is decided, not when training ends.
             self.say(steps_line(self.plan, self.decision))
         return self.decision['restart']
 
-    def _move_to(self, evaluations, step):
-        """Moves the running main.py's end to `evaluations` (the plan it trains now stays
+    def _move_to(self, end, step):
+        """Moves the running main.py's end to step `end` (the plan it trains now stays
         otherwise); True when it did."""
         current = self.moved or self.plan
-        if (self.move is None or steps_asked(self.plan) or evaluations == current.evaluations
-                or evaluations * current.eval_interval <= step):
+        if (self.move is None or steps_asked(self.plan)
+                or not worth_moving(end, current, step, self.decision['rate'])):
             return False
-        moved = self.move(dict(self.decision, evaluations=evaluations), current)
+        moved = self.move(dict(self.decision, end=end), current)
         if moved is None:
             return False
         self.moved = moved
         return True
 
+    def _moved_to(self, end):
+        evaluations = self.moved.evaluations
+        self.decision.update(end=end, evaluations=evaluations, fit=evaluations, restart=False,
+                             in_place=True)
+
     def _again(self):
-        """After each evaluation past the first decision: the evaluations that fit whole from
-        all the records since, the end moved where they changed (a line says so)."""
+        """After each evaluation past the first decision: the end that fits from all the
+        records since, moved there when it differs enough (a line says so)."""
         if self.move is None or self.decision['restart']:  # Stopped for a restart.
             return
         window = self._window(records=None)
@@ -165,13 +184,13 @@ class RateProbe:
         self._evaluations_seen = len(evaluated)
         current, load = self.moved or self.plan, self.decision['load']
         evaluation = _evaluation_seconds(pauses, current, load)
-        whole = corrected_evaluations(current, self.deadline - time.time(), record['step'],
-                                      rate, 0.0, load, evaluation, share=WHOLE)
+        end = fitted_end(current, self.deadline - time.time(), record['step'], rate, load,
+                         evaluation)
         before = dict(self.decision)
         self.decision.update(step=record['step'], rate=round(rate, 2),
                              evaluation=round(evaluation, 1))
-        if self._move_to(whole, record['step']):
-            self.decision.update(evaluations=whole, fit=whole, restart=False, in_place=True)
+        if self._move_to(end, record['step']):
+            self._moved_to(end)
             if self.say:
                 self.say(steps_line(current, self.decision))
         else:
@@ -183,8 +202,7 @@ def steps_line(plan, decision) -> str:
     fit = decision.get('fit', decision['evaluations'])
     if decision.get('in_place'):
         verdict = ('%d steps instead of %d: the run ends there, its cosine and moving average '
-                   'following, without a restart' % (decision['evaluations'] * plan.eval_interval,
-                                                    plan.steps))
+                   'following, without a restart' % (decision['end'], plan.steps))
     elif decision['restart']:
         verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '
                    'with the new number' % (decision['evaluations'] * plan.eval_interval,

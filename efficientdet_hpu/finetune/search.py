@@ -260,7 +260,7 @@ def _fitted(runner, named, left, load, last=False):
         recipe = os.path.join(directory, 'plan.yaml')
         now, why = budget.before_search(candidate, left, load, 0.0 if last else dict(
             candidate.seconds).get('search', 0.0))
-        if why and plan_file.planned_evaluations(recipe) == candidate.evaluations:
+        if why and plan_file.planned_num_epochs(recipe) == plan_file.num_epochs(candidate):
             runner.say('  %s: %d steps instead of %d: %s' % (name, now.steps, candidate.steps,
                                                              why))
             budget.rewrite(recipe, os.path.join(directory, 'plan.json'), now, was=candidate)
@@ -333,7 +333,7 @@ def _decided(runner, plan, candidates, winner):
         shutil.rmtree(layout.model_dir, ignore_errors=True)
         os.rename(candidates.model_dir(winner), layout.model_dir)
     shutil.copyfile(os.path.join(source, 'plan.yaml'), layout.plan_yaml)
-    plan_file.set_evaluations(layout.plan_yaml, chosen.evaluations, [line])
+    plan_file.set_num_epochs(layout.plan_yaml, plan_file.num_epochs(chosen), [line])
     atomic_file.write_json_atomically(layout.plan_json, dataclasses.asdict(chosen))
     atomic_file.write_json_atomically(layout.path('search.json'), {
         'tried': results, 'winner': winner, 'line': line})

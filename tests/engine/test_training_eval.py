@@ -152,11 +152,12 @@ def test_a_run_without_periodic_checkpoints_evaluates_epoch_by_epoch(val_pattern
 
 @pytest.mark.parametrize('path, asked, evaluated', [
     ('in_session', 12, [2, 5, 7, 10, 12]), ('by_epoch', 12, [2, 5, 7, 10, 12]),
-    ('by_epoch', 4, [2, 4])])
+    ('in_session', 11, [2, 5, 7, 10, 11]), ('by_epoch', 4, [2, 4])])
 def test_a_steps_file_moves_the_end_and_the_evaluations_follow(val_pattern, tmp_path, path,
                                                                asked, evaluated):
-    """--steps_file asking for 12 (or 4) of the planned 7 steps (2.5 an epoch): the run ends
-    there on both paths, evaluating at the epochs' ends up to it, the last at it."""
+    """--steps_file asking for 12 (11, 4) of the planned 7 steps (2.5 an epoch): the run ends
+    there on both paths, evaluating at the epochs' ends before it (10 before 11: the
+    fine-tune's fitted end counts on it), the last at it."""
     steps = str(tmp_path / 'steps.json')
     run_end.write(steps, asked)
     model_dir = str(tmp_path / 'model')
@@ -183,6 +184,16 @@ def test_a_rerun_goes_on_to_the_end_the_steps_file_moved(val_pattern, tmp_path):
     assert 'nothing to train' not in printed
     assert any('evaluations at steps 10 and 12, in the training session' in line
                for line in logged)
+
+
+def test_a_fraction_of_an_epoch_ends_inside_it(val_pattern, tmp_path):
+    """num_epochs 3.4 of 2.5 steps (a plan whose end was moved inside an interval): 8 steps,
+    int(3.4 x 2.5) as automl counts, evaluated at the epochs' ends and at 8."""
+    model_dir = str(tmp_path / 'model')
+    status, _, _ = _execute(engine_options(model_dir, val_pattern, num_epochs=3.4), TinyModel())
+    assert status == 0
+    assert logged_steps(model_dir, 'eval') == [2, 5, 7, 8]
+    assert checkpoint_steps(model_dir)[-1] == 8
 
 
 def test_describe_lists_the_steps():

@@ -54,10 +54,49 @@ def test_no_time_left_still_finishes_the_interval_in_progress(plan):
     assert budget.corrected_evaluations(plan, 10, 100, 20.0, 30) == 2
 
 
+def test_an_end_at_any_step_by_hand(plan):
+    # 600 s left at step 100, 20 images/s, no restart: (600 - 90.67) x 0.97 = 494.05 s. To the
+    # interval's end at 178 (78 x 0.4 + 2.67 = 33.87 s), then 38.27 s an interval: 11 more end
+    # at 1157 after 454.84 s; an end past it costs its steps and an evaluation more: (494.05 -
+    # 454.84 - 2.67) / 0.4 = 91.4, past the next interval's end at 1246 (89 steps): so 1246;
+    # then (494.05 - 493.11 - 2.67) < 0: 1246 is the last that fits.
+    assert budget.fitted_end(plan, 600, 100, 20.0) == 1246
+    # 70 s less: 426.15 s; 9 more intervals end at 979 after 378.30 s; (426.15 - 378.30 - 2.67)
+    # / 0.4 = 112.9 > 89 steps, so 1068 (416.57 s); (426.15 - 416.57 - 2.67) / 0.4 = 17.3: 1085.
+    assert budget.fitted_end(plan, 530, 100, 20.0) == 1085
+    # Nothing fits: one step on, which the probe does not move to.
+    assert budget.fitted_end(plan, 60, 100, 20.0) == 101
+
+
+@pytest.mark.parametrize('seconds_left,step,rate,per_evaluation,load', [
+    (600, 100, 20.0, None, 1.0), (437.5, 0, 7.3, 11.0, 1.4), (900, 355, 41.0, 0.0, 0.8),
+    (250, 177, 12.0, 30.0, 1.0), (1200, 178, 33.3, 4.2, 1.2)])
+def test_the_end_fitted_is_the_last_step_that_fits(plan, seconds_left, step, rate,
+                                                  per_evaluation, load):
+    """Against the time of each end counted step by step: an evaluation at every interval's end
+    before it and one at it, the margin spare (its floor in seconds where the share is less)."""
+    each = (budget.planned_evaluation_seconds(plan) * load if per_evaluation is None
+            else per_evaluation)
+    spare = seconds_left - dict(plan.seconds)['whole photos + export'] * load
+    spare -= max(budget.END_MARGIN * spare, budget.END_MARGIN_SECONDS)  # 10 s for (250, ...).
+
+    def seconds(end):
+        crossed = sum(1 for s in range(step + 1, end) if s % plan.eval_interval == 0)
+        return (end - step) * 8 / rate + (crossed + 1) * each
+    end = budget.fitted_end(plan, seconds_left, step, rate, load, per_evaluation)
+    assert end > step + 1 and seconds(end) <= spare
+    assert all(seconds(later) > spare for later in range(end + 1, end + 3 * plan.eval_interval))
+
+
 def test_the_change_is_the_plans_new_steps(plan):
     changed = budget.with_evaluations(plan, 13, 'corrected')
     assert (changed.steps, changed.evaluations, changed.eval_interval) == (1157, 13, 89)
     assert dict(changed.reasons)['steps'] == '1157 steps of 8 images: corrected'
+    # Inside an interval: an evaluation more, at the end, in the time and the count.
+    inside = budget.with_steps(plan, 1200, 'moved')
+    assert (inside.steps, inside.evaluations) == (1200, 14)
+    assert dict(inside.seconds)['evaluations'] == pytest.approx(
+        14 * budget.planned_evaluation_seconds(plan))
     assert dict(changed.seconds)['training'] == pytest.approx(1157 * 8 / 10.0)
     # What follows the run's length follows the new steps, as the plan sets it: a warm-up
     # (and freeze) of 5% (57.85 -> 58; over one pass, 13 steps, and under a fifth), the EMA
@@ -260,7 +299,7 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
     runner = _Runner(root, 36.0)
     corrected = budget.before_training(runner, plan, time.time() + 500, None, 36.0)
     assert (corrected.evaluations, corrected.steps) == (5, 445)
-    assert plan_file.planned_evaluations(str(root / 'plan.yaml')) == 5
+    assert plan_file.planned_num_epochs(str(root / 'plan.yaml')) == 5
     # The keys that follow the steps, rewritten for 445: a warm-up of 22 steps (5%), in
     # evaluations of 89, EMA 1 - 2 / 445, no early stop in 5 evaluations.
     with open(root / 'plan.yaml') as stream:
@@ -309,7 +348,7 @@ def test_a_value_hparams_set_stays_when_the_steps_change(plan, tmp_path):
                                (('moving_average_decay', 0.9),))
     (root / 'plan.yaml').write_text(plan_file.yaml_text(content, 'python main.py ...'))
     changed = budget.with_evaluations(plan, 5, 'corrected')
-    plan_file.set_evaluations(str(root / 'plan.yaml'), 5, (),
+    plan_file.set_num_epochs(str(root / 'plan.yaml'), 5, (),
                               plan_file.length_keys(plan, changed))
     with open(root / 'plan.yaml') as stream:
         recipe = yaml.safe_load(stream)

@@ -1,6 +1,7 @@
 """finetune/correction.py with probe.RateProbe: fewer or more steps fit than planned, so the
-running main.py's end is moved through its --steps_file (no restart), the plan rewritten to
-what it now trains, and moved again after a later evaluation; a freeze the move would shift
+running main.py's end is moved through its --steps_file (no restart) to the step that fits,
+inside an interval, the plan rewritten to what it now trains (num_epochs a fraction main.py
+counts to that step), and moved again after a later evaluation; a freeze the move would shift
 before it is over still restarts. On the plan of ORTHO in 15 min (tests/finetune/test_budget.py:
 890 steps in 10 evaluations of 89)."""
 import dataclasses
@@ -52,6 +53,29 @@ def _probe(plan, tmp_path, rate, move):
     return probe
 
 
+def _main_py_steps(recipe):
+    """The steps main.py trains from the recipe: int(num_epochs x steps per epoch), the steps
+    per epoch 89.0 (config/settings.py; tests/finetune/test_plan.py reads a moved plan through
+    it)."""
+    return int(recipe['num_epochs'] * (recipe['num_examples_per_epoch'] / 8.0))
+
+
+def _fits_to_a_step(moved, probe, from_step):
+    """The end of `moved` fits the time left from `from_step` (at the probe's measured rate and
+    evaluation, as budget.fitted_end counts them) with END_MARGIN of it spare, and to a step:
+    one more would not fit, nor would one past the next evaluation (an end just past an
+    interval's end costs an evaluation more)."""
+    decision = probe.decision
+    there = probe.deadline - time.time() - dict(moved.seconds)['whole photos + export'] * (
+        decision['load'])
+    there -= max(budget.END_MARGIN * there, budget.END_MARGIN_SECONDS)
+    boundaries = sum(1 for k in range(1, moved.evaluations + 1)
+                     if from_step < k * 89 < moved.steps)
+    step_seconds = 8 / decision['rate']
+    used = (moved.steps - from_step) * step_seconds + (boundaries + 1) * decision['evaluation']
+    assert there - step_seconds - decision['evaluation'] - 0.2 <= used <= there + 0.2
+
+
 def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     runner = Runner(tmp_path, plan)
     asked = []
@@ -63,10 +87,12 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     assert probe('step 125/890 ... 8.00 images/s') is False  # Not stopped: no restart.
     decision = probe.decision
     assert decision['in_place'] and not decision['restart']
-    # Cut to what fits without a restart (the restart's start-up is not spent).
-    assert decision['evaluations'] == decision['fit'] == asked[0]['evaluations'] < 10
+    # Cut to the step that fits without a restart (the restart's start-up is not spent),
+    # inside an interval: an evaluation at each interval's end and at the end.
     cut = probe.moved
-    assert cut.steps == decision['fit'] * 89 and cut.evaluations == decision['fit']
+    assert cut.steps == decision['end'] == asked[0]['end'] < 890 and cut.steps % 89
+    assert decision['evaluations'] == decision['fit'] == cut.evaluations == -(-cut.steps // 89)
+    _fits_to_a_step(cut, probe, 125)
     # The file main.py reads: the cut plan's end, warm-up and moving average.
     assert run_end.read(runner.layout.steps_file) == {
         'total_steps': cut.steps, 'warmup_steps': cut.warmup_steps,
@@ -75,7 +101,7 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     # plan.yaml says what now trains: a rerun resumes with it; patience stays main.py's.
     with open(runner.layout.plan_yaml) as stream:
         recipe = yaml.safe_load(stream)
-    assert recipe['num_epochs'] == cut.evaluations
+    assert int(recipe['num_epochs']) == cut.steps // 89 and _main_py_steps(recipe) == cut.steps
     assert recipe['moving_average_decay'] == cut.ema_decay
     assert int(recipe['lr_warmup_epoch'] * 89) == cut.warmup_steps
     assert recipe['early_stop_patience'] == plan.early_stop_patience == cut.early_stop_patience
@@ -94,17 +120,17 @@ def test_more_steps_fit_the_end_moves_later_in_place(plan, tmp_path):
     assert later.evaluations == faster.decision['evaluations'] > 10
     assert run_end.read(runner.layout.steps_file)['total_steps'] == later.steps > 890
     with open(runner.layout.plan_yaml) as stream:
-        assert yaml.safe_load(stream)['num_epochs'] == later.evaluations
+        assert _main_py_steps(yaml.safe_load(stream)) == later.steps
 
 
 def test_a_freeze_the_move_would_shift_before_it_is_over_restarts(plan, tmp_path):
     runner = Runner(tmp_path, plan)
     # A freeze of 200 steps, not over at step 125, which the move would shift.
     frozen = dataclasses.replace(plan, freeze_steps=200)
-    decision = {'evaluations': 5, 'step': 125, 'rate': 8.0, 'startup': 30.0}
+    decision = {'end': 445, 'step': 125, 'rate': 8.0, 'startup': 30.0}
     assert correction.move_in_place(runner, frozen, decision) is None
     assert run_end.read(runner.layout.steps_file) is None  # Nothing written.
-    assert correction.move_in_place(runner, plan, dict(decision, evaluations=10)) is None
+    assert correction.move_in_place(runner, plan, dict(decision, end=890)) is None
     # A probe whose move cannot be made: more fit by more than the tolerance, a restart.
     probe = _probe(plan, tmp_path, 40.0, lambda d, current: None)
     assert probe('step 125/890 ... 40.00 images/s') is True
@@ -113,7 +139,7 @@ def test_a_freeze_the_move_would_shift_before_it_is_over_restarts(plan, tmp_path
 
 def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
     """Cut to what fits at 8 images/s; after the evaluation at step 178 the run is seen to go at
-    16: the end moves later, by whole intervals, and a line says so; with nothing new (no
+    16: the end moves later, to the step that fits, and a line says so; with nothing new (no
     evaluation since) it stays."""
     runner = Runner(tmp_path, plan)
     said = []
@@ -141,15 +167,21 @@ def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
     assert probe.decision['step'] == 250 and probe.decision['in_place']
     assert '%d steps instead of %d: the run ends there' % (again.steps, first.steps) in said[1]
     assert run_end.read(runner.layout.steps_file)['total_steps'] == again.steps
-    # A whole number of intervals fits from step 250: the steps after the last evaluation
-    # all count (no interval the time-budget stop would cut).
-    seconds_left = probe.deadline - time.time()
-    interval = 89 * 8 / probe.decision['rate'] + probe.decision['evaluation']
-    final = dict(again.seconds)['whole photos + export'] * probe.decision['load']
-    assert (again.steps - 250) * 8 / probe.decision['rate'] + (
-        again.evaluations - 2) * probe.decision['evaluation'] <= seconds_left - final
-    assert seconds_left - final < (again.steps - 250) * 8 / probe.decision['rate'] + (
-        again.evaluations - 2) * probe.decision['evaluation'] + interval
+    # The end fits the time left from step 250 to a step, END_MARGIN of it spare: the budget
+    # is used, and the time-budget stop does not come first.
+    _fits_to_a_step(again, probe, 250)
+
+
+def test_a_move_needs_seconds_of_steps_and_a_share_of_those_to_go(plan):
+    """At 8 images/s of 8 (a step a second), from the plan's 890 steps: a move needs 5 s of
+    steps (MOVE_MIN_SECONDS, under the end's 10 s margin) and 2% of the steps to go."""
+    assert not probe_lib.worth_moving(893, plan, 125, 8.0)  # 3 steps, 15.3 the share.
+    assert not probe_lib.worth_moving(875, plan, 125, 8.0)  # 15 steps, still under it.
+    assert probe_lib.worth_moving(874, plan, 125, 8.0)
+    assert not probe_lib.worth_moving(894, plan, 860, 8.0)  # 0.6 the share: 5 s decide.
+    assert probe_lib.worth_moving(895, plan, 860, 8.0) and probe_lib.worth_moving(
+        885, plan, 860, 8.0)
+    assert not probe_lib.worth_moving(860, plan, 860, 8.0)  # Not to the step reached.
 
 
 def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
@@ -162,7 +194,7 @@ def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
     with open(runner.layout.plan_yaml, 'w') as stream:
         yaml.safe_dump(recipe, stream)
     cut = correction.move_in_place(
-        runner, plan, {'evaluations': 6, 'step': 125, 'rate': 8.0, 'startup': 30.0})
+        runner, plan, {'end': 534, 'step': 125, 'rate': 8.0, 'startup': 30.0})
     assert cut.steps == 534
     assert run_end.read(runner.layout.steps_file) == {
         'total_steps': 534, 'warmup_steps': cut.warmup_steps, 'moving_average_decay': 0.95}
@@ -179,8 +211,8 @@ def test_steps_the_user_set_are_not_cut(plan, tmp_path):
     probe = _probe(asked, tmp_path, 8.0, lambda decision, current: called.append(decision))
     probe('step 125/890 ... 8.00 images/s')
     assert probe.decision['fit'] < 10 and not called and probe.moved is None
-    decision = {'evaluations': 6, 'step': 125, 'rate': 8.0, 'startup': 30.0}
+    decision = {'end': 534, 'step': 125, 'rate': 8.0, 'startup': 30.0}
     assert correction.move_in_place(runner, asked, decision) is None
-    plan_file.set_evaluations(runner.layout.plan_yaml, 12)  # As --hparams num_epochs=12.
+    plan_file.set_num_epochs(runner.layout.plan_yaml, 12)  # As --hparams num_epochs=12.
     assert correction.move_in_place(runner, plan, decision) is None
     assert run_end.read(runner.layout.steps_file) is None

@@ -7,6 +7,8 @@ import pytest
 
 from efficientdet_hpu.config import recipe as recipe_lib
 from efficientdet_hpu.config import settings as settings_lib
+from efficientdet_hpu.engine import loops
+from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import model_choice
@@ -164,14 +166,26 @@ def test_warmup_epochs_give_main_py_the_warmup_steps(warmup, interval):
     assert int(plan_file.warmup_epochs(warmup, interval) * interval) == warmup
 
 
-@pytest.mark.parametrize('request_', [
-    plan_lib.Request(max_minutes=30),
-    plan_lib.Request(weights=plan_lib.Weights('backbone', '/w.pth', 'efficientdet-lite0')),
-    plan_lib.Request(steps=4, hparams=(('image_size', 128), ('nms_configs.iou_thresh', 0.6)))])
-def test_plan_yaml_resolves_in_main_py_to_the_planned_steps(tmp_path, request_):
+@pytest.mark.parametrize('request_,moved', [
+    (plan_lib.Request(max_minutes=30), None),
+    (plan_lib.Request(max_minutes=30), 0.63),
+    (plan_lib.Request(weights=plan_lib.Weights('backbone', '/w.pth', 'efficientdet-lite0')),
+     None),
+    (plan_lib.Request(weights=plan_lib.Weights('backbone', '/w.pth', 'efficientdet-lite0')),
+     1.37),
+    (plan_lib.Request(steps=4, hparams=(('image_size', 128), ('nms_configs.iou_thresh', 0.6))),
+     None)])
+def test_plan_yaml_resolves_in_main_py_to_the_planned_steps(tmp_path, request_, moved):
     """The recipe read back as main.py reads it (config/recipe.py), finalised by
-    config/settings.py: the steps, the evaluation epochs, the batch and the warm-up."""
+    config/settings.py: the steps, the evaluation epochs, the batch and the warm-up; `moved`:
+    the plan's end moved in place (finetune/correction.py) to that share of its steps, inside
+    an interval."""
     plan = plan_lib.make_plan(ORTHO, plan_lib.Hardware(2, 2.2), request_, table=TABLE)
+    if moved:
+        steps = int(plan.steps * moved)
+        steps += 0 if steps % plan.eval_interval else 1
+        plan = budget.with_steps(plan, steps, 'moved')
+        assert plan.steps % plan.eval_interval
     path = tmp_path / 'plan.yaml'
     content = plan_file.recipe(plan, '/r/train-*', '/r/val-*', '/r/val.json', request_.hparams)
     path.write_text(plan_file.yaml_text(content, 'python main.py ...'))
@@ -183,9 +197,9 @@ def test_plan_yaml_resolves_in_main_py_to_the_planned_steps(tmp_path, request_):
         examples_per_epoch=run['num_examples_per_epoch'], num_epochs=run['num_epochs']))
     assert final.schedule.total_steps == plan.steps
     assert final.schedule.steps_per_epoch == plan.eval_interval
-    # engine/loops.execute's evaluation count for train_and_eval.
-    assert int(round(final.schedule.total_steps / final.schedule.steps_per_epoch)) == \
-        plan.evaluations
+    # The steps engine/loops.train_and_eval evaluates at: each interval's end, then the end.
+    assert loops.evaluation_steps(final.schedule) == [
+        k * plan.eval_interval for k in range(1, plan.evaluations)] + [plan.steps]
     assert final.schedule.warmup_steps == plan.warmup_steps
     assert final.batch.global_size == plan.global_batch == 8
     assert (final.batch.per_rank, final.batch.accumulation_steps) == (

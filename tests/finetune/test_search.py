@@ -172,11 +172,11 @@ def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
     from efficientdet_hpu.finetune import plan_file
     path = tmp_path / 'plan.yaml'
     path.write_text('# header\nmode: train_and_eval\nnum_epochs: 10\n')
-    plan_file.set_evaluations(str(path), 8, ['tried 128px and 192px'])
-    plan_file.set_evaluations(str(path), 6)
+    plan_file.set_num_epochs(str(path), 8, ['tried 128px and 192px'])
+    plan_file.set_num_epochs(str(path), 6)
     text = path.read_text()
     assert text.startswith('# header\n# search: tried 128px and 192px\n')
-    assert plan_file.planned_evaluations(str(path)) == 6
+    assert plan_file.planned_num_epochs(str(path)) == 6
 
 
 def test_a_slow_start_skips_the_search(tmp_path):

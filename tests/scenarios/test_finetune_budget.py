@@ -2,7 +2,7 @@
 the tiny model ends within 10% of a planted 4-minute budget (the steps corrected from the
 stages' measured times and the first steps' rate, finetune/budget.py), and a run planned for
 more steps than fit is stopped at the budget and goes on with its best checkpoint; a cost table
-twice too fast is corrected while main.py runs, without a restart. The search
+twice too fast is corrected while main.py runs, without a restart, within 10% too. The search
 of an ImageNet backbone against random weights: test_finetune_search.py (a file of its own, so
 that the slow runs are shared by both test workers).
 
@@ -33,6 +33,20 @@ def _summary(out):
         return json.load(stream)
 
 
+def _within_ten_percent(summary, result, budget=4):
+    """Within 10% of the budget: never over (the time-budget stop); under only when training
+    ran more than 10% faster than the rate its steps were set from (the first steps' still
+    rising), which no correction before the end can see: then the run must say so, with both
+    rates. The end is fitted to the step (finetune/budget.fitted_end), not to whole intervals,
+    which left half of one unused on average."""
+    assert summary['minutes'] <= 1.1 * budget, result.stdout[-5000:]  # The deadline stop.
+    if summary['minutes'] < 0.9 * budget:
+        rates = summary['images_per_second']
+        assert rates['measured'] > 1.1 * rates['planned'], result.stdout[-5000:]
+        assert 'training ran at %.1f images/s, faster than the %.1f its steps were set from' % (
+            rates['measured'], rates['planned']) in result.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.timeout(1500)
@@ -47,15 +61,7 @@ def test_a_four_minute_budget_ends_within_ten_percent(tmp_path):
     summary = _summary(out)
     assert 'measured at step' in result.stdout  # The first steps' rate was read.
     assert 'budget: %.1f of 4 min used' % summary['minutes'] in result.stdout
-    # Within 10%: never over (the time-budget stop); under only when training ran more than 10%
-    # faster than the rate its steps were set from (the first steps' still rising), which no
-    # correction before the end can see: then the run must say so, with both rates.
-    assert summary['minutes'] <= 1.1 * 4, result.stdout[-5000:]  # The deadline stop, always.
-    if summary['minutes'] < 0.9 * 4:
-        rates = summary['images_per_second']
-        assert rates['measured'] > 1.1 * rates['planned'], result.stdout[-5000:]
-        assert 'training ran at %.1f images/s, faster than the %.1f its steps were set from' % (
-            rates['measured'], rates['planned']) in result.stdout
+    _within_ten_percent(summary, result)
 
 
 @pytest.mark.slow
@@ -88,8 +94,9 @@ def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
     """The plan reads a cost table whose training rates are twice the package's (as a table
     measured on a faster machine): it plans about twice the steps that fit. The first steps'
     rate cuts them while main.py runs (its --steps_file), later evaluations move the end again
-    where what fits changed: one main.py process, ended at the last move's step with its
-    schedule completed, plan.yaml holding that step, the budget not overrun."""
+    where what fits changed: one main.py process, ended at the last move's step (any step,
+    inside an interval as often as not) with its schedule completed, plan.yaml holding that
+    step, the budget used within 10%."""
     from efficientdet_hpu.finetune import cost_table
     from efficientdet_hpu.finetune import costs
     table = json.loads(json.dumps(cost_table.TABLE))
@@ -118,5 +125,6 @@ def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
     assert result.stdout.count('train_and_eval: evaluations at') == 1  # One main.py start.
     with open(os.path.join(out, 'plan.yaml')) as stream:
         recipe = yaml.safe_load(stream)
-    assert recipe['num_epochs'] * plan['eval_interval'] == plan['steps']
-    assert summary['minutes'] <= 1.1 * 4
+    # main.py's count (config/settings.py): the end may fall inside an interval.
+    assert int(recipe['num_epochs'] * plan['eval_interval']) == plan['steps']
+    _within_ten_percent(summary, result)

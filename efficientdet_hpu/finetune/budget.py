@@ -83,8 +83,8 @@ def fitted_end(plan, seconds_left, step, rate, load=1.0, per_evaluation=None,
     evaluation at each interval's end on the way and one at the end (`per_evaluation` seconds
     each when measured), then the whole-photo evaluation with the export (the plan's estimates
     times `load`), `margin` of the time left spare (at least END_MARGIN_SECONDS); at least
-    `step` + 1. A run moved in place
-    ends there (finetune/probe.py): main.py evaluates at any end."""
+    `step` + 1. A run moved in place ends there (finetune/probe.py): main.py evaluates at any
+    end."""
     if per_evaluation is None:
         per_evaluation = planned_evaluation_seconds(plan) * load
     per_step = plan.global_batch / rate
@@ -204,7 +204,7 @@ def rewrite(plan_yaml, plan_json, plan, notes=(), was=None):
     from efficientdet_hpu.core import atomic_file  # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.finetune import plan_file  # pylint: disable=import-outside-toplevel
     plan_file.set_num_epochs(plan_yaml, plan_file.num_epochs(plan), notes,
-                              plan_file.length_keys(was, plan) if was else None)
+                             plan_file.length_keys(was, plan) if was else None)
     atomic_file.write_json_atomically(plan_json, dataclasses.asdict(plan))
 
 
@@ -226,7 +226,7 @@ def before_training(runner, plan, deadline, step, spent):
     layout = runner.layout
     if deadline is None or os.path.exists(layout.training_json) or steps_asked(plan):
         return plan
-    if plan_file.planned_num_epochs(layout.plan_yaml) != plan_file.num_epochs(plan):
+    if not plan_file.holds_steps_of(layout.plan_yaml, plan):
         runner.say('  steps as --hparams set them: not corrected to the time left')
         return plan
     load = stages_load(plan, spent)

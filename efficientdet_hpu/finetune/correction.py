@@ -35,8 +35,7 @@ def move_in_place(runner, plan, decision):
     would shift that are not over. decision: probe.RateProbe's, its 'end' the new last step
     (any step: main.py evaluates there)."""
     if (decision['end'] == plan.steps or budget.steps_asked(plan)
-            or plan_file.planned_num_epochs(runner.layout.plan_yaml)
-            != plan_file.num_epochs(plan)):
+            or not plan_file.holds_steps_of(runner.layout.plan_yaml, plan)):
         return None  # Steps that --steps or --hparams set stay (the time budget stops them).
     corrected = _probed(plan, decision, decision['end'])
     if (corrected.freeze_steps != plan.freeze_steps

@@ -131,8 +131,8 @@ def length_keys(was, now) -> dict:
 def set_num_epochs(path, epochs, notes=(), keys=None):
     """Rewrites the recipe at `path` with num_epochs = `epochs` (num_epochs(plan)), its header
     kept and `notes` (a search's result) added to it as comment lines in place of earlier
-    ones. `keys` {key: (was, now)}: each set to `now` where the
-    recipe holds `was` (a value --hparams set stays)."""
+    ones. `keys` {key: (was, now)}: each set to `now` where the recipe holds `was` (a value
+    --hparams set stays)."""
     with open(path, encoding='utf-8') as stream:
         text = stream.read()
     content = yaml.safe_load(text)
@@ -153,3 +153,9 @@ def planned_num_epochs(path):
     """num_epochs of the recipe at `path`."""
     with open(path, encoding='utf-8') as stream:
         return yaml.safe_load(stream).get('num_epochs')
+
+
+def holds_steps_of(path, plan) -> bool:
+    """Whether the recipe at `path` trains `plan`'s steps: False where --hparams set its
+    num_epochs (those steps stay; the time budget stops them)."""
+    return planned_num_epochs(path) == num_epochs(plan)

@@ -75,7 +75,8 @@ class RateProbe:
     'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
     that fit without a restart; and 'in_place' and 'end' (the step) once `move` (decision
     with 'end', plan -> the plan moved in place, or None where it cannot) moved the running
-    run's end (`moved`: the plan it trains now). `say`, when given, prints steps_line as soon as it decides."""
+    run's end (`moved`: the plan it trains now). `say`, when given, prints steps_line as soon
+    as it decides."""
 
     def __init__(self, plan, model_dir, deadline, first_step, say=None, move=None):
         self.plan, self.model_dir, self.deadline, self.say = plan, model_dir, deadline, say

@@ -260,7 +260,7 @@ def _fitted(runner, named, left, load, last=False):
         recipe = os.path.join(directory, 'plan.yaml')
         now, why = budget.before_search(candidate, left, load, 0.0 if last else dict(
             candidate.seconds).get('search', 0.0))
-        if why and plan_file.planned_num_epochs(recipe) == plan_file.num_epochs(candidate):
+        if why and plan_file.holds_steps_of(recipe, candidate):
             runner.say('  %s: %d steps instead of %d: %s' % (name, now.steps, candidate.steps,
                                                              why))
             budget.rewrite(recipe, os.path.join(directory, 'plan.json'), now, was=candidate)

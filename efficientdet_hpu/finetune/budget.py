@@ -38,6 +38,9 @@ FIT_SHARE = 0.5  # The share of an evaluation interval that must fit for it to b
 # in about half the runs, and late in a run, during its last evaluation.
 END_MARGIN = 0.03
 END_MARGIN_SECONDS = 10.0
+# main.py's tail after its last evaluation (its final weights, its summary, TensorFlow's
+# teardown: 3.5 s at a load of 1.12 on the 2-core EPYC), in no stage's estimate; times the load.
+EXIT_SECONDS = 4.0
 
 
 def load_factor(measured_startup, planned_startup) -> float:
@@ -81,14 +84,14 @@ def fitted_end(plan, seconds_left, step, rate, load=1.0, per_evaluation=None,
                margin=END_MARGIN) -> int:
     """The last step that fits `seconds_left` from `step` on at `rate` training images/s, an
     evaluation at each interval's end on the way and one at the end (`per_evaluation` seconds
-    each when measured), then the whole-photo evaluation with the export (the plan's estimates
-    times `load`), `margin` of the time left spare (at least END_MARGIN_SECONDS); at least
-    `step` + 1. A run moved in place ends there (finetune/probe.py): main.py evaluates at any
-    end."""
+    each when measured), main.py's exit, then the whole-photo evaluation with the export (the
+    estimates times `load`), `margin` of the time left spare (at least END_MARGIN_SECONDS); at
+    least `step` + 1. A run moved in place ends there (finetune/probe.py): main.py evaluates at
+    any end."""
     if per_evaluation is None:
         per_evaluation = planned_evaluation_seconds(plan) * load
     per_step = plan.global_batch / rate
-    spare = seconds_left - dict(plan.seconds)['whole photos + export'] * load
+    spare = seconds_left - (dict(plan.seconds)['whole photos + export'] + EXIT_SECONDS) * load
     spare -= max(margin * spare, END_MARGIN_SECONDS)
     interval, end = plan.eval_interval, step + 1
     boundary = (step // interval + 1) * interval  # The first interval's end past `step`.

@@ -20,6 +20,7 @@ import time
 
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import processes
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import budget
 from efficientdet_hpu.finetune import correction
@@ -94,15 +95,31 @@ def _in_the_input(message, json_path, source):
                                       'command: the changed folder is read again' % source)
 
 
-def training_record(model_dir, stopped, minutes):
-    """training.json: how training ended, its step, its measured images/s, the best."""
+def training_record(model_dir, stopped, minutes, steps=None):
+    """training.json: how training ended, its step, its measured images/s, the best. A stop
+    that came once the checkpoint of the last of `steps` was written (in main.py's last
+    evaluation or its exit) ended nothing: training completed."""
     log = budget.training_log(model_dir)
     rate = budget.measured_rate(model_dir, log)
     early = any(r.get('event') == 'early_stop' for r in log)
+    step = rerun.latest_step(model_dir)
+    if stopped and steps is not None and step is not None and step >= steps:
+        stopped = False
     return {'ended': 'stopped at the time budget' if stopped else
             'early stop' if early else 'completed',
-            'step': rerun.latest_step(model_dir), 'minutes': round(minutes, 1),
+            'step': step, 'minutes': round(minutes, 1),
             'images_per_second': None if rate is None else round(rate, 2)}
+
+
+def last_step(layout):
+    """main.py's last step: its --steps_file's (a move in place), else its schedule.json's
+    (engine/setup.py; None when it wrote none)."""
+    try:
+        with open(os.path.join(layout.model_dir, 'schedule.json')) as stream:
+            total_steps = json.load(stream).get('total_steps')
+    except (OSError, ValueError):
+        total_steps = None
+    return run_end.target_steps(layout.steps_file, total_steps)
 
 
 def training_stage(runner, plan, deadline, last=None, load=1.0):
@@ -157,7 +174,8 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
             _, stopped = runner.command(
                 'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
                 echo=True, stop_after=stop_after)
-    record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0)
+    record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0,
+                             last_step(layout))
     if record['step'] is None:
         raise UserError('training wrote no checkpoint before the time budget ended; give a '
                         'larger --max_minutes (the plan needs about %s)' % plan_file.minutes(

@@ -55,15 +55,15 @@ def test_no_time_left_still_finishes_the_interval_in_progress(plan):
 
 
 def test_an_end_at_any_step_by_hand(plan):
-    # 600 s left at step 100, 20 images/s, no restart: (600 - 90.67) x 0.97 = 494.05 s. To the
-    # interval's end at 178 (78 x 0.4 + 2.67 = 33.87 s), then 38.27 s an interval: 11 more end
-    # at 1157 after 454.84 s; an end past it costs its steps and an evaluation more: (494.05 -
-    # 454.84 - 2.67) / 0.4 = 91.4, past the next interval's end at 1246 (89 steps): so 1246;
-    # then (494.05 - 493.11 - 2.67) < 0: 1246 is the last that fits.
-    assert budget.fitted_end(plan, 600, 100, 20.0) == 1246
-    # 70 s less: 426.15 s; 9 more intervals end at 979 after 378.30 s; (426.15 - 378.30 - 2.67)
-    # / 0.4 = 112.9 > 89 steps, so 1068 (416.57 s); (426.15 - 416.57 - 2.67) / 0.4 = 17.3: 1085.
-    assert budget.fitted_end(plan, 530, 100, 20.0) == 1085
+    # 600 s left at step 100, 20 images/s, no restart: (600 - 90.67 - 4) x 0.97 = 490.17 s
+    # (the whole photos with the export, main.py's exit, the margin). To the interval's end at
+    # 178 (78 x 0.4 + 2.67 = 33.87 s), then 38.27 s an interval: 11 more end at 1157 after
+    # 454.84 s; an end past it costs its steps and an evaluation more: (490.17 - 454.84 - 2.67)
+    # / 0.4 = 81.7 steps, before the next interval's end at 1246: so 1238.
+    assert budget.fitted_end(plan, 600, 100, 20.0) == 1238
+    # 70 s less: 422.27 s; 10 more intervals end at 1068 after 416.57 s; (422.27 - 416.57 -
+    # 2.67) / 0.4 = 7.6: 1075.
+    assert budget.fitted_end(plan, 530, 100, 20.0) == 1075
     # Nothing fits: one step on, which the probe does not move to.
     assert budget.fitted_end(plan, 60, 100, 20.0) == 101
 
@@ -74,10 +74,12 @@ def test_an_end_at_any_step_by_hand(plan):
 def test_the_end_fitted_is_the_last_step_that_fits(plan, seconds_left, step, rate,
                                                   per_evaluation, load):
     """Against the time of each end counted step by step: an evaluation at every interval's end
-    before it and one at it, the margin spare (its floor in seconds where the share is less)."""
+    before it and one at it, main.py's exit and the margin spare (its floor in seconds where
+    the share is less)."""
     each = (budget.planned_evaluation_seconds(plan) * load if per_evaluation is None
             else per_evaluation)
-    spare = seconds_left - dict(plan.seconds)['whole photos + export'] * load
+    final = dict(plan.seconds)['whole photos + export'] + budget.EXIT_SECONDS
+    spare = seconds_left - final * load
     spare -= max(budget.END_MARGIN * spare, budget.END_MARGIN_SECONDS)  # 10 s for (250, ...).
 
     def seconds(end):

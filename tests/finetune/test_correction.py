@@ -6,6 +6,7 @@ before it is over still restarts. On the plan of ORTHO in 15 min (tests/finetune
 890 steps in 10 evaluations of 89)."""
 import dataclasses
 import json
+import os
 import time
 
 import pytest
@@ -62,12 +63,12 @@ def _main_py_steps(recipe):
 
 def _fits_to_a_step(moved, probe, from_step):
     """The end of `moved` fits the time left from `from_step` (at the probe's measured rate and
-    evaluation, as budget.fitted_end counts them) with END_MARGIN of it spare, and to a step:
-    one more would not fit, nor would one past the next evaluation (an end just past an
-    interval's end costs an evaluation more)."""
+    evaluation, as budget.fitted_end counts them, and main.py's exit) with END_MARGIN of it
+    spare, and to a step: one more would not fit, nor would one past the next evaluation (an
+    end just past an interval's end costs an evaluation more)."""
     decision = probe.decision
-    there = probe.deadline - time.time() - dict(moved.seconds)['whole photos + export'] * (
-        decision['load'])
+    there = probe.deadline - time.time() - (
+        dict(moved.seconds)['whole photos + export'] + budget.EXIT_SECONDS) * decision['load']
     there -= max(budget.END_MARGIN * there, budget.END_MARGIN_SECONDS)
     boundaries = sum(1 for k in range(1, moved.evaluations + 1)
                      if from_step < k * 89 < moved.steps)
@@ -216,3 +217,31 @@ def test_steps_the_user_set_are_not_cut(plan, tmp_path):
     plan_file.set_num_epochs(runner.layout.plan_yaml, 12)  # As --hparams num_epochs=12.
     assert correction.move_in_place(runner, plan, decision) is None
     assert run_end.read(runner.layout.steps_file) is None
+
+
+def test_a_stop_after_the_last_steps_checkpoint_leaves_training_completed(tmp_path):
+    """The time-budget stop can come in main.py's last evaluation or its exit, once the
+    checkpoint of its last step is written: the run's last step is its --steps_file's (a move
+    in place), else its schedule.json's."""
+    from efficientdet_hpu.finetune import stages  # pylint: disable=import-outside-toplevel
+    layout = runner_lib.Layout(str(tmp_path))
+    os.makedirs(layout.model_dir)
+
+    def checkpoint(step):
+        with open(os.path.join(layout.model_dir, 'checkpoint'), 'w') as stream:
+            stream.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
+
+    def ended(stopped):
+        return stages.training_record(layout.model_dir, stopped, 4.0,
+                                      stages.last_step(layout))['ended']
+    with open(os.path.join(layout.model_dir, 'schedule.json'), 'w') as stream:
+        json.dump({'total_steps': 1200}, stream)
+    checkpoint(1200)
+    assert (ended(True), ended(False)) == ('completed', 'completed')
+    checkpoint(1100)
+    assert ended(True) == 'stopped at the time budget'
+    run_end.write(layout.steps_file, 681, warmup_steps=170, ema_decay=0.997)
+    checkpoint(681)
+    assert ended(True) == 'completed'
+    checkpoint(650)
+    assert ended(True) == 'stopped at the time budget'

@@ -120,11 +120,12 @@ def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
     assert moves, result.stdout[-5000:]
     for move in moves:
         assert 'the run now ends at step %s (was %s)' % move in result.stdout
-    assert int(moves[-1][0]) == plan['steps'] == summary['steps_trained'] < int(moves[0][1])
-    assert summary['training_ended'] == 'completed'
-    assert result.stdout.count('train_and_eval: evaluations at') == 1  # One main.py start.
+    said = result.stdout[-5000:]
+    assert int(moves[-1][0]) == plan['steps'] == summary['steps_trained'] < int(moves[0][1]), said
+    assert summary['training_ended'] == 'completed', said
+    assert result.stdout.count('train_and_eval: evaluations at') == 1, said  # One main.py start.
     with open(os.path.join(out, 'plan.yaml')) as stream:
         recipe = yaml.safe_load(stream)
     # main.py's count (config/settings.py): the end may fall inside an interval.
-    assert int(recipe['num_epochs'] * plan['eval_interval']) == plan['steps']
+    assert int(recipe['num_epochs'] * plan['eval_interval']) == plan['steps'], recipe
     _within_ten_percent(summary, result)

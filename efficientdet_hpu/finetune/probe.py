@@ -1,26 +1,29 @@
 """The training's steps corrected while main.py runs, from its own log (train_log.jsonl).
 
   first steps      once main.py has logged PROBE_RECORDS records past the frozen backbone's
-                   steps (and PROBE_STEPS in) and past its first evaluation: its rate (over
-                   their steps; the steps before run slower, the first holding the first step's
-                   one-off cost), its start-up and an evaluation's seconds (at most the table's)
-                   against the cost table's. Where the end that fits (budget.fitted_end: any
-                   step, END_MARGIN of the time left spare, at least END_MARGIN_SECONDS) differs
-                   from the plan's by MOVE_SHARE of the time to go (and MOVE_MIN_SECONDS), the
-                   running main.py is told through its --steps_file (finetune/correction.py): it
-                   ends there, sooner or later, its warm-up, cosine, moving average and
-                   evaluations following, with no restart (an evaluation at the new end, its
-                   cosine at zero; plan.yaml's num_epochs a fraction where the end falls inside
-                   an interval). Where it cannot (a frozen backbone's steps the move would
-                   shift, still to come), training is stopped when the steps differ from the
-                   plan's by more than TOLERANCE (SIGTERM: a checkpoint), plan.yaml gets the new
-                   number of evaluations and main.py resumes from the checkpoint; fewer fit by
-                   less: the time-budget stop ends training (a checkpoint) a little before the
-                   plan's last step, as it does where a restart would end at the step reached
-                   (budget.ends_here)
-  each evaluation  after it, the same arithmetic over all the records since the first
-                   evaluation (and the evaluations' measured pauses) moves the end again: the
-                   later the measurement, the nearer the end lands to the budget
+                   steps (and PROBE_STEPS in), whether or not it has evaluated yet: its rate
+                   (over the steps of its records past those, the first record holding the
+                   first step's one-off cost), its start-up and an evaluation's seconds (the
+                   pauses measured at the evaluations so far, at most the table's; the table's
+                   times the load before the first) against the cost table's. Where the end
+                   that fits (budget.fitted_end: any step, END_MARGIN of the time left spare, at
+                   least END_MARGIN_SECONDS) differs from the plan's by MOVE_SHARE of the time
+                   to go (and MOVE_MIN_SECONDS), the running main.py is told through its
+                   --steps_file (finetune/correction.py): it ends there, sooner or later, its
+                   warm-up, cosine, moving average and evaluations following, with no restart
+                   (an evaluation at the new end, its cosine at zero; plan.yaml's num_epochs a
+                   fraction where the end falls inside an interval). Where it cannot (a frozen
+                   backbone's steps the move would shift, still to come), the decision waits
+                   for a record past the first evaluation, then training is stopped when the
+                   steps differ from the plan's by more than TOLERANCE (SIGTERM: a
+                   checkpoint), plan.yaml gets the new number of evaluations and main.py
+                   resumes from the checkpoint; fewer fit by less: the time-budget stop ends
+                   training (a checkpoint) a little before the plan's last step, as it does
+                   where a restart would end at the step reached (budget.ends_here)
+  each evaluation  after it, the same arithmetic over all the records (and the evaluations'
+                   measured pauses) moves the end again: the later the measurement, the nearer
+                   the end lands to the budget, and the first evaluation replaces the table's
+                   estimate of its time
 """
 import time
 
@@ -30,7 +33,7 @@ from efficientdet_hpu.finetune.budget import (
     worth_restarting)
 
 PROBE_STEPS = 10  # The rate is read from log records at least this many steps in,
-PROBE_RECORDS = 3  # and this many of them past the freeze and the first evaluation.
+PROBE_RECORDS = 3  # and past the freeze: the first decision once this many are logged.
 # A move in place is made when the end that fits differs from the current one by this share of
 # the time still to train, and by at least MOVE_MIN_SECONDS of steps: under END_MARGIN and
 # END_MARGIN_SECONDS, so that an end found too late is always moved sooner before the
@@ -52,14 +55,15 @@ def _pauses(logged, evaluated, last_step, batch):
         if before and after and after[0].get('images_per_sec'):
             pauses.append(max(0.0, after[0]['time'] - before[-1]['time'] - (
                 after[0]['step'] - before[-1]['step']) * batch / after[0]['images_per_sec']))
-    return pauses or [0.0]
+    return pauses
 
 
 def _evaluation_seconds(pauses, plan, load):
-    """An evaluation's measured seconds, at most the plan's times `load`: the first evaluation
-    also builds its graph (a one-off of a few seconds), so the measured mean is an upper
-    bound."""
-    return min(sum(pauses) / len(pauses), planned_evaluation_seconds(plan) * load)
+    """An evaluation's measured seconds, at most the plan's times `load` (that, before the first
+    is measured): the first evaluation also builds its graph (a one-off of a few seconds), so
+    the measured mean is an upper bound."""
+    planned = planned_evaluation_seconds(plan) * load
+    return min(sum(pauses) / len(pauses), planned) if pauses else planned
 
 
 def worth_moving(end, current, step, rate) -> bool:
@@ -72,8 +76,9 @@ def worth_moving(end, current, step, rate) -> bool:
 class RateProbe:
     """A stop_when for runner.command (module docstring): answers True (stop and restart) when
     the first steps show a restart worth its cost. `decision` then holds {'evaluations',
-    'step', 'rate', 'startup', 'evaluation', 'load', 'restart', 'fit'}: 'fit' the evaluations
-    that fit without a restart; and 'in_place' and 'end' (the step) once `move` (decision
+    'step', 'rate', 'startup', 'evaluation', 'evaluated', 'load', 'restart', 'fit'}: 'evaluated'
+    the evaluations measured ('evaluation' the table's times the load while none), 'fit' the
+    evaluations that fit without a restart; and 'in_place' and 'end' (the step) once `move` (decision
     with 'end', plan -> the plan moved in place, or None where it cannot) moved the running
     run's end (`moved`: the plan it trains now). `say`, when given, prints steps_line as soon
     as it decides."""
@@ -90,9 +95,10 @@ class RateProbe:
         self.decision = None
         self._evaluations_seen = 0
 
-    def _window(self, records=PROBE_RECORDS):
-        """(first record, last record, the rate over up to `records` records past the first
-        evaluation (None: all), the pauses, the evaluated steps) or None."""
+    def _window(self, least=PROBE_RECORDS):
+        """(first record, last record, the rate over the records past the freeze and
+        PROBE_STEPS, the evaluations' measured pauses, the evaluated steps), or None before
+        `least` such records."""
         log = training_log(self.model_dir)
         logged = [r for r in train_records(self.model_dir, self.started, log)
                   if r.get('images_per_sec')]
@@ -101,11 +107,8 @@ class RateProbe:
         first = logged[0]
         evaluated = [r['step'] for r in log if r.get('event') == 'eval'
                      and r.get('step', 0) > first['step']]
-        if not evaluated:
-            return None
-        index = [i for i, r in enumerate(logged) if i and r['step'] > evaluated[0]
-                 and r['step'] >= self.from_step][:records]
-        if len(index) < (records or 1):
+        index = [i for i, r in enumerate(logged) if i and r['step'] >= self.from_step]
+        if len(index) < max(1, least):
             return None
         record = logged[index[-1]]
         # Each record's rate weighted by its steps: the one logged at an evaluation's step may
@@ -139,8 +142,8 @@ class RateProbe:
                             for restart in (0.0, startup))
         self.decision = {'evaluations': evaluations, 'step': record['step'],
                          'rate': round(rate, 2), 'startup': round(startup, 1),
-                         'evaluation': round(evaluation, 1), 'load': round(load, 2), 'fit': fit,
-                         'restart': worth_restarting(self.plan, evaluations, fit,
+                         'evaluation': round(evaluation, 1), 'evaluated': len(pauses),
+                         'load': round(load, 2), 'fit': fit, 'restart': worth_restarting(self.plan, evaluations, fit,
                                                      record['step'])}
         end = fitted_end(self.plan, left, record['step'], rate, load, evaluation)
         if (end > record['step'] and not worth_moving(end, self.plan, record['step'], rate)
@@ -149,6 +152,11 @@ class RateProbe:
                                  restart=False)
         elif self._move_to(end, record['step']):
             self._moved_to(end)
+        elif self.decision['restart'] and not pauses:
+            # A restart costs a start-up: not on the first records alone (a pipeline still
+            # filling can slow them); a record past the first evaluation decides it.
+            self.decision = None
+            return False
         if self.say:  # As it is decided, not when training ends.
             self.say(steps_line(self.plan, self.decision))
         return self.decision['restart']
@@ -176,7 +184,7 @@ class RateProbe:
         records since, moved there when it differs enough (a line says so)."""
         if self.move is None or self.decision['restart']:  # Stopped for a restart.
             return
-        window = self._window(records=None)
+        window = self._window(least=1)
         if window is None or len(window[4]) <= self._evaluations_seen:
             return
         _, record, rate, pauses, evaluated = window
@@ -189,7 +197,7 @@ class RateProbe:
                          evaluation)
         before = dict(self.decision)
         self.decision.update(step=record['step'], rate=round(rate, 2),
-                             evaluation=round(evaluation, 1))
+                             evaluation=round(evaluation, 1), evaluated=len(pauses))
         if self._move_to(end, record['step']):
             self._moved_to(end)
             if self.say:
@@ -219,8 +227,11 @@ def steps_line(plan, decision) -> str:
     else:
         verdict = 'the planned %d steps fit (within %d%%)' % (plan.steps, 100 * TOLERANCE)
     evaluation = ('' if decision.get('evaluation') is None else
-                  ', an evaluation %.1f s (planned %.1f)' % (
-                      decision['evaluation'], planned_evaluation_seconds(plan)))
+                  ', an evaluation %.1f s (planned %.1f%s)' % (
+                      decision['evaluation'], planned_evaluation_seconds(plan),
+                      '' if decision.get('evaluated', 1) else
+                      '; none measured yet: the plan\'s times the start-up\'s x%.2f'
+                      % decision['load']))
     return ('  measured at step %d: %.1f training images/s (planned %.1f), start-up %.0f s '
             '(planned %.0f; the end estimated x%.2f)%s: %s' % (
                 decision['step'], decision['rate'], plan.images_per_second, decision['startup'],

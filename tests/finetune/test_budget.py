@@ -112,10 +112,15 @@ def test_the_change_is_the_plans_new_steps(plan):
     assert reasons['early stop'] == 'after 6 evaluations in a row without a better AP'
 
 
-def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_path):
-    said = []
+def test_the_probe_decides_past_the_freeze_before_the_first_evaluation(plan, tmp_path):
+    said, moves = [], []
+
+    def move(decision, current):  # As correction.move_in_place; None: a restart is needed.
+        moves.append(decision['end'])
+        return dataclasses.replace(current, steps=decision['end']) if in_place else None
+    in_place = True
     probe = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
-                             say=said.append)
+                             say=said.append, move=move)
     log = tmp_path / 'train_log.jsonl'
 
     def logged(*records):
@@ -126,58 +131,83 @@ def test_the_probe_measures_past_the_freeze_and_the_first_evaluation(plan, tmp_p
                 'time': probe.started + seconds}
 
     # The first record holds the first step's one-off cost (its rate is not used); the backbone
-    # is frozen for 44 steps; the first evaluation is at step 50. The records before it run
-    # slower than the rest (a pipeline still filling): not read.
-    first, at_50 = train(25, 3.0, 42.5), train(50, 12.0, 55)
-    logged(first, at_50)
-    assert probe('a line without a rate') is False and probe.decision is None
-    assert probe('step 50/890 loss 1.0 ... 12.00 images/s ETA 0:00:10') is False  # No evaluation
-    records = [first, at_50, {'event': 'eval', 'step': 50}, train(75, 20.0, 67),
-               train(100, 20.0, 77)]
+    # is frozen for 44 steps, and the record at step 40 inside it, faster, is not read either;
+    # the first evaluation comes at step 89.
+    records = [train(25, 3.0, 42.5), train(40, 30.0, 46.5), train(50, 16.0, 51.5),
+               train(60, 16.0, 56.5)]
     logged(*records)
-    # Two records past the first evaluation: one more is read before deciding.
-    assert probe('step 100/890 loss 1.0 ... 20.00 images/s ETA 0:00:10') is False
-    logged(*records, train(110, 8.0, 87))
-    # The rate over the three records' steps: 60 steps of 8 images in 10 + 10 + 10 s, 16
-    # images/s (their median, 20, would count the 10 slow steps as much as the 50 others): 0.5
-    # s a step. Start-up 42.5 - 25 x 0.5 = 30 s (the table's: load 1); the evaluation 87 -
-    # 42.5 - 85 x 0.5 = 2 s. About 600 s left: 600 - 90.67 = 509.33 - (68 x 0.5 + 2) = 473.33
-    # s, 10.2 more intervals of 89 x 0.5 + 2 = 46.5 s: 12 evaluations fit; after the restart's
-    # 30 s, 443.33 / 46.5 = 9.5: 10 more (the time-budget stop ends the last), 12.
-    assert probe('step 110/890 loss 1.0 ... 8.00 images/s ETA 0:00:10') is True
-    assert probe.decision == {'evaluations': 12, 'step': 110, 'rate': 16.0, 'startup': 30.0,
-                              'evaluation': 2.0, 'load': 1.0, 'fit': 12, 'restart': True}
-    assert probe('step 150/890 ... images/s') is False  # Decided once.
+    assert probe('a line without a rate') is False and probe.decision is None
+    # Two records past the freeze: one more is read before deciding.
+    assert probe('step 60/890 loss 1.0 ... 16.00 images/s ETA 0:00:10') is False
+    assert probe.decision is None
+    records.append(train(70, 16.0, 61.5))
+    logged(*records)
+    # Decided at step 70, before any evaluation: 16 images/s (0.5 s a step) over the three
+    # records past the freeze; start-up 42.5 - 25 x 0.5 = 30 s (the table's: load 1); an
+    # evaluation the table's 2.67 s times the load, none measured. About 600 s left less the
+    # whole photos, export and exit (94.67 s) and 3% spare: 490.17 s, for 986 steps and the 11
+    # evaluations at each interval's end on the way and at 986 (70 + (490.17 - 11 x 2.67) /
+    # 0.5). The end moves there in place.
+    assert probe('step 70/890 loss 1.0 ... 16.00 images/s ETA 0:00:10') is False
+    assert moves == [986]
+    assert probe.decision == {'evaluations': 12, 'step': 70, 'rate': 16.0, 'startup': 30.0,
+                              'evaluation': 2.7, 'evaluated': 0, 'load': 1.0, 'fit': 12,
+                              'restart': False, 'end': 986, 'in_place': True}
+    assert probe('step 80/890 ... images/s') is False  # Decided once.
     # Said as it is decided (once), not when training ends.
     assert said == [probe_lib.steps_line(plan, probe.decision)]
-    assert ('measured at step 110: 16.0 training images/s (planned 10.0), start-up 30 s '
-            '(planned 30; the end estimated x1.00), an evaluation 2.0 s (planned 2.7): 1068 '
-            'steps instead of 890') in said[0]
-    # An evaluation measured at 6 s (78 - 40 - 32) holds the first one's graph: the table's
-    # 2.67 s caps it.
+    assert ('measured at step 70: 16.0 training images/s (planned 10.0), start-up 30 s '
+            '(planned 30; the end estimated x1.00), an evaluation 2.7 s (planned 2.7; none '
+            "measured yet: the plan's times the start-up's x1.00): 986 steps instead of 890: "
+            'the run ends there') in said[0]
+    # Where the move cannot be made in place (a frozen backbone's steps it would shift), a
+    # restart waits for a record past the first evaluation (measured 78.5 - 66.5 - 20 x 0.5 =
+    # 2 s): about 600 s left less the whole photos and export, 509.33, less the rest of the
+    # interval to 178 (78 x 0.5 + 2 = 41 s) 468.33: 10.1 more intervals of 89 x 0.5 + 2 = 46.5
+    # s, 10 (half of one fits): 12 evaluations fit; after the restart's 30 s, 438.33 / 46.5 =
+    # 9.4: 9, 11 evaluations.
+    in_place, moves[:] = False, []
+    restarted = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0,
+                                 move=move)
+    restarted.started = probe.started
+    assert restarted('step 70/890 ... images/s') is False and restarted.decision is None
+    assert moves == [986]  # Tried.
+    records += [train(80, 16.0, 66.5), {'event': 'eval', 'step': 89},
+                train(100, 16.0, 78.5)]
+    logged(*records)
+    assert restarted('step 100/890 ... images/s') is True
+    assert restarted.decision == {'evaluations': 11, 'step': 100, 'rate': 16.0,
+                                  'startup': 30.0, 'evaluation': 2.0, 'evaluated': 1,
+                                  'load': 1.0, 'fit': 12, 'restart': True}
+    # An evaluation measured at 6 s (56 - 40 - 25 x 8 / 20) holds the first one's graph: the
+    # table's 2.67 s caps it.
     capped = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
     capped.started = probe.started
     logged(train(25, 3.0, 40), {'event': 'eval', 'step': 30}, train(50, 20.0, 56),
            train(75, 20.0, 66), train(105, 20.0, 78))
     capped('step 105/890 ... images/s')
     assert (capped.decision['step'], capped.decision['evaluation']) == (105, 2.7)
+    assert capped.decision['evaluated'] == 1
 
 
 def test_the_evaluation_is_the_pause_around_it_not_the_window_less_its_steps(plan, tmp_path):
-    """Training slows after the evaluation (10 images/s from step 100). The window's rate, 25
-    steps each at 20, 20 and 10 images/s, is 15 images/s: the window less its steps at that
-    rate, 92 - 40 - 100 x 8 / 15 = -1.3 s, would read as no evaluation at all. The log interval
-    around it, at the rate logged after it: 62 - 50 - 25 x 8 / 20 = 2 s."""
+    """Training slows after the evaluation (10 images/s from step 100). The rate over the
+    records past the freeze (44 steps), 10 steps at 20 images/s and 25 each at 20, 20 and 10,
+    is 85 / 5.5 = 15.45 images/s: the log from its first record less its steps at that rate,
+    90 - 40 - 100 x 8 / 15.45 = -1.8 s (the frozen steps ran faster), would read as no
+    evaluation at all. The log interval around it, at the rate logged after it: 60 - 48 - 25 x
+    8 / 20 = 2 s."""
     probe = probe_lib.RateProbe(plan, str(tmp_path), time.time() + 600, first_step=0)
 
     def train(step, rate, seconds):
         return {'event': 'train', 'step': step, 'images_per_sec': rate,
                 'time': probe.started + seconds}
     (tmp_path / 'train_log.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in (
-        train(25, 3.0, 40), train(50, 20.0, 50), {'event': 'eval', 'step': 50},
-        train(75, 20.0, 62), train(100, 20.0, 72), train(125, 10.0, 92))))
+        train(25, 3.0, 40), train(40, 30.0, 44), train(50, 20.0, 48),
+        {'event': 'eval', 'step': 50}, train(75, 20.0, 60), train(100, 20.0, 70),
+        train(125, 10.0, 90))))
     probe('step 125/890 ... images/s')
-    assert (probe.decision['rate'], probe.decision['evaluation']) == (15.0, 2.0)
+    assert (probe.decision['rate'], probe.decision['evaluation']) == (15.45, 2.0)
 
 
 def test_fewer_steps_restart_unless_the_cut_is_within_the_tolerance(plan):

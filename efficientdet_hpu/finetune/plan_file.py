@@ -59,7 +59,10 @@ def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> 
         'train_batch_size': plan.per_rank_batch, 'eval_batch_size': plan.per_rank_batch,
         'num_examples_per_epoch': plan.eval_interval * plan.global_batch,
         'num_epochs': num_epochs(plan),
-        'log_every_n_steps': max(1, min(50, plan.eval_interval // 2)),
+        # A record every quarter interval (at most 50 steps): the probe's three records past
+        # the freeze (finetune/probe.py) come by the first evaluation, where a short plan
+        # leaves time to move its end.
+        'log_every_n_steps': max(1, min(50, plan.eval_interval // 4)),
         'cp_every_n_steps': plan.eval_interval, 'keep_checkpoint_max': 3,
         'early_stop_patience': plan.early_stop_patience,
         'training_file_pattern': training_pattern, 'validation_file_pattern': validation_pattern,

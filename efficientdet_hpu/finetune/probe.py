@@ -78,10 +78,10 @@ class RateProbe:
     the first steps show a restart worth its cost. `decision` then holds {'evaluations',
     'step', 'rate', 'startup', 'evaluation', 'evaluated', 'load', 'restart', 'fit'}: 'evaluated'
     the evaluations measured ('evaluation' the table's times the load while none), 'fit' the
-    evaluations that fit without a restart; and 'in_place' and 'end' (the step) once `move` (decision
-    with 'end', plan -> the plan moved in place, or None where it cannot) moved the running
-    run's end (`moved`: the plan it trains now). `say`, when given, prints steps_line as soon
-    as it decides."""
+    evaluations that fit without a restart; and 'in_place' and 'end' (the step) once `move`
+    (decision with 'end', plan -> the plan moved in place, or None where it cannot) moved the
+    running run's end (`moved`: the plan it trains now). `say`, when given, prints steps_line
+    as soon as it decides."""
 
     def __init__(self, plan, model_dir, deadline, first_step, say=None, move=None):
         self.plan, self.model_dir, self.deadline, self.say = plan, model_dir, deadline, say
@@ -108,7 +108,7 @@ class RateProbe:
         evaluated = [r['step'] for r in log if r.get('event') == 'eval'
                      and r.get('step', 0) > first['step']]
         index = [i for i, r in enumerate(logged) if i and r['step'] >= self.from_step]
-        if len(index) < max(1, least):
+        if len(index) < least:
             return None
         record = logged[index[-1]]
         # Each record's rate weighted by its steps: the one logged at an evaluation's step may
@@ -143,7 +143,8 @@ class RateProbe:
         self.decision = {'evaluations': evaluations, 'step': record['step'],
                          'rate': round(rate, 2), 'startup': round(startup, 1),
                          'evaluation': round(evaluation, 1), 'evaluated': len(pauses),
-                         'load': round(load, 2), 'fit': fit, 'restart': worth_restarting(self.plan, evaluations, fit,
+                         'load': round(load, 2), 'fit': fit,
+                         'restart': worth_restarting(self.plan, evaluations, fit,
                                                      record['step'])}
         end = fitted_end(self.plan, left, record['step'], rate, load, evaluation)
         if (end > record['step'] and not worth_moving(end, self.plan, record['step'], rate)

@@ -8,8 +8,8 @@ from random weights, whole photos) or configs/trees-lite0.yaml (Lite0 at 320 px 
 ImageNet backbone, on 320 px tiles with overlap 64 as make trees), the converter before it and
 `inference.py predict --annotations_file` (tiled likewise) on the validation photos with its
 best checkpoint after it. Its schedule (epochs, warm-up share, evaluations) is stretched or
-shrunk to the budget: a `main.py --benchmark` of a few steps first (not counted) measures its
-rate, and num_examples_per_epoch is set so that the training fits what the converter, the
+shrunk to the budget: a `main.py --benchmark` of RATE_STEPS steps first (not counted) measures
+its rate, and num_examples_per_epoch is set so that the training fits what the converter, the
 start-up and the prediction leave. Runs are kept under --work_dir (default runs/finetune-suite):
 rerunning the command reuses finished sides.
 """
@@ -28,6 +28,9 @@ from efficientdet_hpu.core import processes
 RECIPES = {'demo': ('configs/demo.yaml', 2, False), 'trees': ('configs/trees-lite0.yaml', 20, True)}
 TILES = ['--tile_size=320', '--tile_overlap=64']
 BATCH = 8
+# The hand recipe's rate, over steps enough that a passing slow or fast spell of a shared
+# machine moves it less (a few steps can set a schedule well over the budget).
+RATE_STEPS = 30
 PREDICT_SECONDS = 60.0  # inference.py predict's start-up and graph (the hand side's estimate).
 COLUMNS = (('set', 'set', '%s'), ('budget min', 'budget_minutes', '%.0f'),
            ('one command AP50', 'finetune_AP50', '%.3f'), ('min', 'finetune_minutes', '%.1f'),
@@ -109,7 +112,7 @@ def _rate(recipe, records, pth, directory, log):
     """(training images/s, start-up s) of the recipe on the records: a short --benchmark."""
     _, output = _run([sys.executable, 'main.py', '--mode=train', '--benchmark',
                       '--hparams=%s' % recipe, '--model_dir=%s' % os.path.join(directory, 'rate'),
-                      '--benchmark_steps=6', '--benchmark_warmup_steps=2',
+                      '--benchmark_steps=%d' % RATE_STEPS, '--benchmark_warmup_steps=5',
                       '--training_file_pattern=%s' % os.path.join(records, 'train-*.tfrecord')]
                      + (['--backbone_ckpt=%s' % pth] if pth else []), 3600, log,
                      'the hand recipe\'s rate')

@@ -166,15 +166,17 @@ def with_evaluations(plan, evaluations, why):
     return with_steps(plan, evaluations * plan.eval_interval, why)
 
 
-def with_steps(plan, steps, why):
-    """The plan with `steps` (an evaluation at each interval's end and at the last step); its
-    time, its warm-up (and freeze), EMA and early-stop patience set for the new steps as the
-    plan sets them, and their lines updated. A run under way takes them on at its restart or
-    its move in place: a warm-up and an EMA horizon planned for more steps would hold the
-    shortened run's rate low and its averaged weights back."""
+def with_steps(plan, steps, why, interval=None):
+    """The plan with `steps` (an evaluation at each interval's end and at the last step; every
+    `interval` steps, default the plan's); its time, its warm-up (and freeze), EMA and
+    early-stop patience set for the new steps as the plan sets them, and their lines updated.
+    A run under way takes them on at its restart or its move in place: a warm-up and an EMA
+    horizon planned for more steps would hold the shortened run's rate low and its averaged
+    weights back."""
     from efficientdet_hpu.finetune import plan_reasons  # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.finetune import schedule  # pylint: disable=import-outside-toplevel
-    evaluations = -(-steps // plan.eval_interval)
+    interval = interval or plan.eval_interval
+    evaluations = -(-steps // interval)
     parts = dict(plan.seconds)
     parts['evaluations'] = planned_evaluation_seconds(plan) * evaluations
     parts['training'] = steps * plan.global_batch / plan.images_per_second
@@ -184,11 +186,14 @@ def with_steps(plan, steps, why):
     freeze = warmup if plan.freeze_steps else 0
     lines = {'steps': '%d steps of %d images: %s' % (steps, plan.global_batch, why),
              'EMA': plan_reasons.ema_reason(ema),
+             'evaluation': plan_reasons.evaluation_reason(evaluations, interval,
+                                                          plan.val_images),
              'freezing': plan_reasons.freezing_reason(freeze),
              'early stop': plan_reasons.early_stop_reason(patience)}
     reasons = tuple((topic, lines.get(topic, text)) for topic, text in plan.reasons)
     return dataclasses.replace(
-        plan, steps=steps, reasons=reasons, warmup_steps=warmup, freeze_steps=freeze,
+        plan, steps=steps, eval_interval=interval, reasons=reasons, warmup_steps=warmup,
+        freeze_steps=freeze,
         ema_decay=ema, early_stop_patience=patience,
         seconds=tuple((name, parts[name]) for name, _ in plan.seconds))
 
@@ -257,7 +262,8 @@ def before_training(runner, plan, deadline, step, spent):
 def before_search(candidate, seconds_left, load, search_seconds):
     """A search candidate's plan with the evaluations that fit `seconds_left` once
     `search_seconds` (the estimate of the search's other runs and the continuation's start-up;
-    0 for the last candidate, fitted as it starts) are spent, at the table's rate over the
+    0 for the last candidate, fitted as it starts) are spent, its evaluations spread over them
+    anew (rescheduled), at the table's rate over the
     stages' ratio `load` (as before_training sets the winner's). Returns (plan, why) or
     (candidate, None) where that is within TOLERANCE. The winner then goes on under the warm-up
     its rung trained under: a random start begun under a longer run's warm-up, its steps cut
@@ -273,8 +279,17 @@ def before_search(candidate, seconds_left, load, search_seconds):
                 seconds_left / 60.0))
     why = 'fitted %s, at %.1f images/s (the table\'s %.1f over the stages\' ratio %.2f)' % (
         when, rate, candidate.images_per_second, load)
-    return with_evaluations(dataclasses.replace(candidate, images_per_second=rate),
-                            evaluations, why), why
+    return rescheduled(dataclasses.replace(candidate, images_per_second=rate),
+                       evaluations * candidate.eval_interval, why), why
+
+
+def rescheduled(plan, steps, why):
+    """with_steps for a run not yet started: the evaluations spread over `steps` as the plan
+    spreads them (schedule.schedule_numbers), so that a search's rung, its first evaluation,
+    stays the same share of each candidate's run when the stages' measured time cuts it."""
+    from efficientdet_hpu.finetune import schedule  # pylint: disable=import-outside-toplevel
+    steps, interval = schedule.schedule_numbers(steps, plan.train_images, plan.global_batch)[:2]
+    return with_steps(plan, steps, why, interval)
 
 
 def used_line(minutes, max_minutes, ended, rates=None) -> str:

@@ -51,6 +51,13 @@ RUN_OPTION_OVERRIDES = ('num_examples_per_epoch', 'num_epochs', 'log_every_n_ste
                         'cp_every_n_steps', 'keep_checkpoint_max', 'early_stop_patience')
 
 
+def log_every(interval) -> int:
+    """A record every quarter interval (at most 50 steps): the probe's three records past the
+    freeze (finetune/probe.py) come by the first evaluation, where a short plan leaves time to
+    move its end."""
+    return max(1, min(50, interval // 4))
+
+
 def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> dict:
     """The plan as a main.py recipe (run options first, then hparams; `hparams` the
     --hparams overrides, last, so they win)."""
@@ -59,10 +66,7 @@ def recipe(plan, training_pattern, validation_pattern, val_json, hparams=()) -> 
         'train_batch_size': plan.per_rank_batch, 'eval_batch_size': plan.per_rank_batch,
         'num_examples_per_epoch': plan.eval_interval * plan.global_batch,
         'num_epochs': num_epochs(plan),
-        # A record every quarter interval (at most 50 steps): the probe's three records past
-        # the freeze (finetune/probe.py) come by the first evaluation, where a short plan
-        # leaves time to move its end.
-        'log_every_n_steps': max(1, min(50, plan.eval_interval // 4)),
+        'log_every_n_steps': log_every(plan.eval_interval),
         'cp_every_n_steps': plan.eval_interval, 'keep_checkpoint_max': 3,
         'early_stop_patience': plan.early_stop_patience,
         'training_file_pattern': training_pattern, 'validation_file_pattern': validation_pattern,
@@ -117,7 +121,10 @@ def header_of(text) -> list:
 
 def _length_values(plan) -> dict:
     """The recipe's keys that follow the number of steps, as recipe() writes them."""
-    values = {'lr_warmup_epoch': warmup_epochs(plan.warmup_steps, plan.eval_interval),
+    values = {'num_examples_per_epoch': plan.eval_interval * plan.global_batch,
+              'cp_every_n_steps': plan.eval_interval,
+              'log_every_n_steps': log_every(plan.eval_interval),
+              'lr_warmup_epoch': warmup_epochs(plan.warmup_steps, plan.eval_interval),
               'moving_average_decay': plan.ema_decay,
               'early_stop_patience': plan.early_stop_patience}
     if plan.freeze_steps:

@@ -42,6 +42,12 @@ def early_stop_reason(patience):
             'off: too few evaluations to judge a plateau')
 
 
+def evaluation_reason(evaluations, interval, val_images):
+    return '%s, one every %d steps, on the %s; best/ keeps the best checkpoint by AP' % (
+        stats_lib.count(evaluations, 'evaluation'), interval,
+        stats_lib.count(val_images, 'validation image'))
+
+
 def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatch):
     """The plan's lines from the steps to the time."""
     reasons = [
@@ -51,10 +57,8 @@ def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatc
             plan.global_batch)),
         ('EMA', ema_reason(plan.ema_decay)),
         ('augmentation', jitter_why),
-        ('evaluation', '%s, one every %d steps, on the %s; best/ keeps the best '
-                       'checkpoint by AP' % (
-                           stats_lib.count(plan.evaluations, 'evaluation'), plan.eval_interval,
-                           stats_lib.count(plan.val_images, 'validation image')))]
+        ('evaluation', evaluation_reason(plan.evaluations, plan.eval_interval,
+                                         plan.val_images))]
     if plan.freeze_steps:
         reasons.append(('freezing', freezing_reason(plan.freeze_steps)))
     reasons.append(('early stop', early_stop_reason(plan.early_stop_patience)))

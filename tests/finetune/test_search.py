@@ -302,20 +302,29 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
     assert search._fitted(runner, named, 1134.0, 1.0) == named and runner.said == []
     fitted = dict(search._fitted(runner, named, 1134.0, 1.5))
     random_start = fitted['192px-random']
+    # What fits is 6 of its 244-step intervals, 1464 steps; not yet started, they are spread
+    # over 10 evaluations as the plan spreads them: 146 steps each, 1460 (its rung, the first
+    # evaluation, a tenth of the run as planned, not a sixth).
     assert (random_start.steps, random_start.eval_interval, random_start.warmup_steps) == (
-        1464, 244, 366)
+        1460, 146, 365)
+    assert random_start.evaluations == 10
+    assert dict(random_start.reasons)['evaluation'].startswith(
+        '10 evaluations, one every 146 steps')
     recipe = yaml.safe_load((tmp_path / 'candidates' / '192px-random' / 'plan.yaml').read_text())
-    assert recipe['num_epochs'] == 6
-    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(366, 244)
+    assert recipe['num_epochs'] == 10
+    assert (recipe['num_examples_per_epoch'], recipe['cp_every_n_steps'],
+            recipe['log_every_n_steps']) == (146 * random_start.global_batch, 146, 36)
+    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(365, 146)
     with open(tmp_path / 'candidates' / '192px-random' / 'plan.json') as stream:
-        assert prepare.plan_from_record(json.load(stream)).steps == 1464
+        assert prepare.plan_from_record(json.load(stream)).steps == 1460
     assert runner.said[1] == (
-        "  192px-random: 1464 steps instead of 2440: fitted before the search to the 18.9 min "
+        "  192px-random: 1460 steps instead of 2440: fitted before the search to the 18.9 min "
         "left, less the search's 4.0, at 16.0 images/s (the table's 24.0 over the stages' "
         "ratio 1.50)")
     # Fitted as it starts instead, the others' runs done: 892.5 s left (1134 less the first's
-    # 241.5) hold the same 6 intervals with no search to keep; 1134 s would hold 7 (7.46).
-    for left, steps in ((892.5, 1464), (1134.0, 1708)):
+    # 241.5) hold the same 6 intervals with no search to keep; 1134 s would hold 7 (7.46),
+    # 1708 steps, spread over 10 evaluations of 170.
+    for left, steps in ((892.5, 1460), (1134.0, 1700)):
         search.write_candidates(Runner.layout, named, lambda chosen: yaml.safe_dump(
             plan_file.recipe(chosen, 'train-*', 'val-*', 'val.json')))
         assert dict(search._fitted(runner, named[1:], left, 1.5, last=True))[

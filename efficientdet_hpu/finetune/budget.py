@@ -263,11 +263,11 @@ def before_search(candidate, seconds_left, load, search_seconds):
     """A search candidate's plan with the evaluations that fit `seconds_left` once
     `search_seconds` (the estimate of the search's other runs and the continuation's start-up;
     0 for the last candidate, fitted as it starts) are spent, its evaluations spread over them
-    anew (rescheduled), at the table's rate over the
-    stages' ratio `load` (as before_training sets the winner's). Returns (plan, why) or
-    (candidate, None) where that is within TOLERANCE. The winner then goes on under the warm-up
-    its rung trained under: a random start begun under a longer run's warm-up, its steps cut
-    after the search, stayed far behind (docs/dev/history.md)."""
+    anew (rescheduled), at the table's rate over the stages' ratio `load` (as before_training
+    sets the winner's). Returns (plan, why) or (candidate, None) where that is within
+    TOLERANCE. The winner then goes on under the warm-up its rung trained under: a random start
+    begun under a longer run's warm-up, its steps cut after the search, stayed far behind
+    (docs/dev/history.md)."""
     rate = candidate.images_per_second / load
     evaluations = corrected_evaluations(candidate, seconds_left - search_seconds * load, 0, rate,
                                         candidate.startup_seconds * load, load)

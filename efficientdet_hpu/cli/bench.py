@@ -303,6 +303,7 @@ COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite':
 
 
 def main(argv):
+    errors.check_command(argv, COMMANDS)
     if len(argv) != 2 or argv[1] not in COMMANDS:
         raise app.UsageError('usage: bench.py {%s} --flags...' % ','.join(COMMANDS))
     # Read by TensorFlow when it initialises: set before anything imports it.

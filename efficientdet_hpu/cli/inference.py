@@ -176,6 +176,7 @@ COMMANDS = {'export': run_export, 'predict': run_predict}
 
 
 def main(argv):
+    errors.check_command(argv, COMMANDS)
     if len(argv) != 2 or argv[1] not in COMMANDS:
         raise app.UsageError('usage: inference.py {%s} --flags...' % ','.join(COMMANDS))
     tf_env.quiet_python_logging(FLAGS.verbose)

@@ -7,6 +7,7 @@ Errors that are the user's to fix derive from UserError. A full disk is one too:
 into one line naming the path, the free space and the space needed (`disk_full_message`).
 Importing this module loads nothing heavy (the launcher imports it without TensorFlow).
 """
+import difflib
 import errno
 import os
 import re
@@ -48,6 +49,16 @@ def parse_flags(argv):
         return flags.FLAGS(argv)
     except flags.Error as error:
         sys.exit(fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
+
+
+def check_command(argv, commands):
+    """For `PROGRAM COMMAND --flags`: a COMMAND not among `commands` (a typo, a name from
+    another tool) is the one error line, with the closest command and the list, exit status
+    2. No command, or more than one, is left to the caller's usage text."""
+    if len(argv) == 2 and argv[1] not in commands:
+        close = difflib.get_close_matches(argv[1], list(commands), n=1)
+        sys.exit(fail(os.path.basename(argv[0]), 'no command %r%s; the commands are %s' % (
+            argv[1], ' (did you mean %s?)' % close[0] if close else '', ', '.join(commands))))
 
 
 def is_disk_full(error):

@@ -279,6 +279,20 @@ def test_bench_help_lists_a_flag_under_each_subcommand_it_serves():
     assert '--model_name:' in groups['bench.py'] and '--output:' in groups['bench.py suite']
 
 
+@pytest.mark.parametrize('typed, said', [
+    ('bench.py finetune_suit', "bench.py: error: no command 'finetune_suit' (did you mean "
+                               "finetune_suite?); the commands are train, infer, input, suite, "
+                               "coco_eval, train_and_eval, finetune_costs, finetune_suite, "
+                               "review_planted"),
+    ('inference.py predic', "inference.py: error: no command 'predic' (did you mean predict?); "
+                            "the commands are export, predict"),
+    ('inference.py serve', "inference.py: error: no command 'serve'; the commands are export, "
+                           "predict")], ids=['bench-typo', 'inference-typo', 'inference-other'])
+def test_an_unknown_command_is_one_line_with_the_closest_and_exit_2(typed, said):
+    result = run_process([sys.executable] + typed.split(), 120)
+    assert (result.returncode, result.stdout.strip()) == (2, said), result.stdout[-2000:]
+
+
 @pytest.mark.slow  # model_inspect imports TensorFlow
 def test_model_inspect_help_shows_automl_run_mode_flags_as_their_group():
     _, text, _ = run_help('model_inspect.py')

@@ -52,6 +52,24 @@ def move_in_place(runner, plan, decision):
     return corrected
 
 
+def as_reached(runner, plan, step):
+    """The plan with the step main.py ended at, where a move in place asked for a step it had
+    already passed (training/steps_file.py then ends at the step reached, and says so):
+    plan.json and plan.yaml rewritten to it, so that they say what was trained and a rerun of
+    plan.yaml ends there too. Returns the plan, unchanged where `step` is not past its end."""
+    if step is None or step <= plan.steps:
+        return plan
+    parts = dict(plan.seconds)
+    parts['training'] = step * plan.global_batch / plan.images_per_second
+    reasons = tuple((topic, text if topic != 'steps' else
+                     '%s; main.py ended at step %d, the move to %d having reached it after that '
+                     'step' % (text, step, plan.steps)) for topic, text in plan.reasons)
+    reached = dataclasses.replace(plan, steps=step, reasons=reasons, seconds=tuple(
+        (name, parts[name]) for name, _ in plan.seconds))
+    budget.rewrite(runner.layout.plan_yaml, runner.layout.plan_json, reached, was=plan)
+    return reached
+
+
 def _as_main_py_reads(plan_yaml, plan):
     """(warm-up steps, moving_average_decay) as main.py computes them from the rewritten
     recipe: a value --hparams set stayed there, and stays in the running main.py."""

@@ -174,12 +174,22 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
             _, stopped = runner.command(
                 'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
                 echo=True, stop_after=stop_after)
-    record = training_record(layout.model_dir, stopped, (time.monotonic() - start) / 60.0,
-                             last_step(layout))
+    return training_ended(runner, plan, stopped, (time.monotonic() - start) / 60.0,
+                          moved=probe is not None and probe.moved is not None)
+
+
+def training_ended(runner, plan, stopped, minutes, moved):
+    """training.json for a main.py that ended (`stopped` by the time budget or not; `moved`:
+    its end moved in place), and plan.json and plan.yaml at the step it ended at where a move
+    reached it past the step asked (correction.as_reached). Returns the record."""
+    layout = runner.layout
+    record = training_record(layout.model_dir, stopped, minutes, last_step(layout))
     if record['step'] is None:
         raise UserError('training wrote no checkpoint before the time budget ended; give a '
                         'larger --max_minutes (the plan needs about %s)' % plan_file.minutes(
                             plan.total_seconds))
+    if moved and record['ended'] == 'completed':
+        correction.as_reached(runner, plan, record['step'])
     atomic_file.write_json_atomically(layout.training_json, record)
     runner.say('  training %s at step %s' % (record['ended'], record['step']))
     return record

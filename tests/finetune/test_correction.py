@@ -111,6 +111,58 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     assert 'without a restart' in probe_lib.steps_line(plan, decision)
 
 
+def test_a_move_main_py_reads_past_its_step_leaves_the_plan_at_the_step_reached(plan, tmp_path):
+    """main.py reads a move to a step it has passed at the step it is at, and ends there
+    (training/steps_file.py): plan.json and plan.yaml then say that step, so that a rerun of
+    plan.yaml ends there too; nothing else in them changes."""
+    runner = Runner(tmp_path, plan)
+    cut = correction.move_in_place(runner, plan, {'end': 695, 'step': 650, 'rate': 8.0,
+                                                  'startup': 30.0})
+    assert cut.steps == 695
+    with open(runner.layout.plan_yaml) as stream:
+        before = yaml.safe_load(stream)
+    assert correction.as_reached(runner, cut, 695) is cut  # Ended where asked: as it was.
+    assert correction.as_reached(runner, cut, None) is cut
+    reached = correction.as_reached(runner, cut, 701)
+    assert reached.steps == 701 and reached.eval_interval == cut.eval_interval == 89
+    assert (reached.warmup_steps, reached.ema_decay, reached.freeze_steps) == (
+        cut.warmup_steps, cut.ema_decay, cut.freeze_steps)  # As main.py kept them.
+    assert dict(reached.reasons)['steps'].endswith(
+        '; main.py ended at step 701, the move to 695 having reached it after that step')
+    assert reached.total_seconds > cut.total_seconds
+    with open(runner.layout.plan_json) as stream:
+        assert json.load(stream)['steps'] == 701
+    with open(runner.layout.plan_yaml) as stream:
+        recipe = yaml.safe_load(stream)
+    assert _main_py_steps(recipe) == 701
+    assert {k: v for k, v in recipe.items() if k != 'num_epochs'} == {
+        k: v for k, v in before.items() if k != 'num_epochs'}
+
+
+def test_training_that_ended_past_a_moved_end_is_recorded_at_the_step_reached(plan, tmp_path):
+    """What the fine-tune does when main.py ends (stages.training_ended): the move's file asked
+    695, main.py's last checkpoint is of step 701: training completed, at 701, and plan.json
+    says 701; a run stopped by the time budget before its end leaves the plan as it was."""
+    from efficientdet_hpu.finetune import stages  # pylint: disable=import-outside-toplevel
+    runner = Runner(tmp_path, plan)
+    runner.say = lambda text='': None
+    os.makedirs(runner.layout.model_dir)
+    cut = correction.move_in_place(runner, plan, {'end': 695, 'step': 650, 'rate': 8.0,
+                                                  'startup': 30.0})
+    checkpoint = os.path.join(runner.layout.model_dir, 'checkpoint')
+
+    def ended(step, stopped):
+        with open(checkpoint, 'w') as stream:
+            stream.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
+        record = stages.training_ended(runner, cut, stopped, 4.0, moved=True)
+        with open(runner.layout.plan_json) as stream:
+            return record['ended'], record['step'], json.load(stream)['steps']
+    assert ended(650, True) == ('stopped at the time budget', 650, 695)
+    assert ended(701, True) == ('completed', 701, 701)
+    with open(runner.layout.training_json) as stream:
+        assert json.load(stream)['step'] == 701
+
+
 def test_more_steps_fit_the_end_moves_later_in_place(plan, tmp_path):
     runner = Runner(tmp_path, plan)
     faster = _probe(plan, tmp_path, 40.0, lambda d, current: correction.move_in_place(

@@ -177,9 +177,6 @@ def with_steps(plan, steps, why, interval=None):
     from efficientdet_hpu.finetune import schedule  # pylint: disable=import-outside-toplevel
     interval = interval or plan.eval_interval
     evaluations = -(-steps // interval)
-    parts = dict(plan.seconds)
-    parts['evaluations'] = planned_evaluation_seconds(plan) * evaluations
-    parts['training'] = steps * plan.global_batch / plan.images_per_second
     warmup, ema, patience = schedule.horizon(
         steps, evaluations, plan.train_images, plan.global_batch,
         schedule.learning_rate(plan.weights.kind)[1])
@@ -194,8 +191,19 @@ def with_steps(plan, steps, why, interval=None):
     return dataclasses.replace(
         plan, steps=steps, eval_interval=interval, reasons=reasons, warmup_steps=warmup,
         freeze_steps=freeze,
-        ema_decay=ema, early_stop_patience=patience,
-        seconds=tuple((name, parts[name]) for name, _ in plan.seconds))
+        ema_decay=ema, early_stop_patience=patience, seconds=seconds_with(
+            plan, training=training_seconds(plan, steps),
+            evaluations=planned_evaluation_seconds(plan) * evaluations))
+
+
+def training_seconds(plan, steps):
+    """The seconds `steps` of the plan's batch take at its planned rate."""
+    return steps * plan.global_batch / plan.images_per_second
+
+
+def seconds_with(plan, **parts):
+    """plan.seconds, its parts in their order, with those named replaced."""
+    return tuple((name, parts.get(name, seconds)) for name, seconds in plan.seconds)
 
 
 def measured_rate(model_dir, log=None):

@@ -59,13 +59,11 @@ def as_reached(runner, plan, step):
     plan.yaml ends there too. Returns the plan, unchanged where `step` is not past its end."""
     if step is None or step <= plan.steps:
         return plan
-    parts = dict(plan.seconds)
-    parts['training'] = step * plan.global_batch / plan.images_per_second
     reasons = tuple((topic, text if topic != 'steps' else
                      '%s; main.py ended at step %d, the move to %d having reached it after that '
                      'step' % (text, step, plan.steps)) for topic, text in plan.reasons)
-    reached = dataclasses.replace(plan, steps=step, reasons=reasons, seconds=tuple(
-        (name, parts[name]) for name, _ in plan.seconds))
+    reached = dataclasses.replace(plan, steps=step, reasons=reasons, seconds=budget.seconds_with(
+        plan, training=budget.training_seconds(plan, step)))
     budget.rewrite(runner.layout.plan_yaml, runner.layout.plan_json, reached, was=plan)
     return reached
 

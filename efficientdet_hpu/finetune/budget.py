@@ -105,7 +105,8 @@ def fitted_end(plan, seconds_left, step, rate, load=1.0, per_evaluation=None,
 
 def steps_asked(plan) -> bool:
     """True when --steps set the steps: they stay (the time budget still stops training)."""
-    return dict(plan.reasons).get('steps', '').endswith('asked with --steps')
+    from efficientdet_hpu.finetune import plan_reasons  # pylint: disable=import-outside-toplevel
+    return dict(plan.reasons).get('steps', '').endswith(plan_reasons.ASKED_STEPS)
 
 
 def worth_changing(plan, evaluations) -> bool:

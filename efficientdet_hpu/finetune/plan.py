@@ -189,20 +189,20 @@ class _Sized:
 def choose_steps(request, sized_inputs, table, search_seconds=0.0) -> tuple:
     """(steps, why): without a budget PASSES over the training images within [MIN_STEPS,
     MAX_STEPS]; with one (--max_minutes) the steps that fill it (early stopping ends the run
-    sooner when the AP stops rising), at most MAX_STEPS; --steps wins."""
+    sooner when the AP stops rising), at most MAX_STEPS; --steps wins (said where they overrun)."""
     train_images, val_images, global_batch, rate, startup = sized_inputs
-    if request.steps:
-        return request.steps, 'asked with --steps'
     wanted = schedule_lib.wanted_steps(train_images, global_batch)
     why = '%d passes over the %d training images' % (PASSES, train_images)
     if not request.max_minutes:
-        return wanted, why
+        return (request.steps, plan_reasons.ASKED_STEPS) if request.steps else (wanted, why)
     budget = request.max_minutes * 60.0
     parts = schedule_lib.seconds(table, rate, startup, global_batch, train_images, val_images,
                                  0, search_seconds)
     fixed = sum(s for part, s in parts if part not in ('training', 'evaluations'))
     fitting = min(MAX_STEPS, schedule_lib.fitting_steps(
         budget, fixed, rate, global_batch, table.evaluation_seconds(rate, val_images)))
+    if request.steps:
+        return request.steps, plan_reasons.asked_steps_reason(request, fitting, parts)
     if fitting < schedule_lib.MIN_BUDGET_STEPS:
         raise PlanError('--max_minutes=%g is too short: the stages besides training take about '
                         '%.0f min here; give at least %.0f' % (

@@ -30,15 +30,13 @@ from efficientdet_hpu.finetune import probe as probe_lib
 from efficientdet_hpu.finetune import report
 from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import runner as runner_lib
+from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.serving import formats as export_formats
 
 STAGES = 6
 GRACE_SECONDS = 900  # After the budget's stop signal: the checkpoint, or an evaluation's end.
-# Training runs at least this long under a budget: main.py's start-up takes 30-60 s (Lite0 on a
-# busy machine: 52 s), and a stop before its first step would leave nothing to evaluate.
-MIN_TRAINING_SECONDS = 180
 
 
 def _stage(runner, number, name, remaining_seconds=None, deadline=None):
@@ -151,9 +149,10 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
     probe = (None if deadline is None else
              probe_lib.RateProbe(plan, layout.model_dir, deadline,
                                  rerun.latest_step(layout.model_dir), say=runner.say, move=move))
+    floor = schedule.MIN_TRAINING_SECONDS
     stop_after = (None if deadline is None
-                  else budget.training_stop(deadline, final, probe, MIN_TRAINING_SECONDS, load))
-    timeout = (max(MIN_TRAINING_SECONDS, deadline - time.time()) if deadline is not None
+                  else budget.training_stop(deadline, final, probe, floor, load))
+    timeout = (max(floor, deadline - time.time()) if deadline is not None
                else 3 * planned + 3600) + GRACE_SECONDS
     first_args, stop_when = args, probe
     if last is not None:

@@ -133,7 +133,7 @@ def train(runner, layout, fold, recipe_path, planned_steps, plan, stop_at=None):
         return _read(record_path)
     model_dir = layout.fold(fold.index, 'model')
     planned = planned_steps * plan.global_batch / plan.images_per_second
-    stop_after = None if stop_at is None else max(stages.MIN_TRAINING_SECONDS,
+    stop_after = None if stop_at is None else max(schedule.MIN_TRAINING_SECONDS,
                                                   stop_at - time.time())
     timeout = (stop_after if stop_after is not None else 3 * planned + 3600) + TRAIN_GRACE_SECONDS
     start = time.monotonic()

@@ -111,6 +111,25 @@ def test_the_budget_caps_the_steps():
         '1270 steps of 8 images: 1270 fill --max_minutes=20: 102 passes')
 
 
+def test_steps_asked_past_the_budget_say_where_its_stop_comes():
+    # As above: 895 steps fit 15 minutes. The training floor (3 min) with the stages before and
+    # after it (36 + 90.67 s) takes 306.67 s: over a 4-minute budget, 5.1 min.
+    weights = plan_lib.Weights('backbone', '/w/efficientnet-lite0.pth', 'efficientdet-lite0')
+
+    def steps_line(steps, minutes):
+        plan = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(
+            weights=weights, max_minutes=minutes, steps=steps), table=TABLE)
+        assert plan.steps == steps and budget.steps_asked(plan)
+        return dict(plan.reasons)['steps']
+    assert steps_line(500, 15) == '500 steps of 8 images: asked with --steps'
+    assert steps_line(5000, 15) == (
+        '5000 steps of 8 images: about 895 fit --max_minutes=15: its time-budget stop ends '
+        'training there, and the run goes on with the best checkpoint; asked with --steps')
+    assert steps_line(5000, 4) == (
+        '5000 steps of 8 images: --max_minutes=4 stops training after its floor of 3 min, so '
+        'the run takes about 5 min; asked with --steps')
+
+
 def test_a_budget_too_short_for_the_fixed_stages_is_one_line():
     # The fixed stages take 156.67 s (above, 2.6 min); 20 steps of 8 at 10 images/s 16 s and
     # an evaluation 2.67 s more: 2.92 min.

@@ -81,6 +81,9 @@ def test_training_stops_at_the_budget_and_the_best_checkpoint_is_evaluated(tmp_p
     with open(tmp_path / 'out' / 'summary.json') as stream:
         summary = json.load(stream)
     assert summary['training_ended'] == 'stopped at the time budget'
+    # The plan said so at the start (plan_reasons.asked_steps_reason).
+    assert re.search(r'20000 steps of 4 images: about \d+ fit --max_minutes=4: its time-budget '
+                     r'stop ends training there', result.stdout), result.stdout[:5000]
     assert 0 < summary['steps_trained'] < 20000 and summary['steps_planned'] == 20000
     assert summary['best_step'] is not None and summary['best_step'] <= summary['steps_trained']
     assert summary['checkpoint'].endswith('best')

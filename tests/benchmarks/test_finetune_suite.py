@@ -4,6 +4,7 @@ sides of its set. finetune_costs.py: test_finetune_costs.py (a file of its own, 
 slow commands run on both test workers)."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -52,6 +53,22 @@ def test_the_hand_recipe_fills_what_the_budget_leaves():
     # 470 steps of 8.
     assert finetune_suite.hand_steps(600, 60, 10.0, 30, 20, 20) == 470
     assert finetune_suite.hand_steps(100, 60, 10.0, 30, 20, 20) == 20  # At least 20.
+
+
+def test_a_run_stopped_at_its_budget_is_kept_and_an_unasked_stop_status_is_a_failure(tmp_path):
+    """The hand side's main.py is sent SIGTERM at the budget and exits with 128 + SIGTERM once
+    its checkpoint is written (engine/preemption.py): that is its result, not a failure. The
+    same status from a run nobody stopped is one."""
+    exits_on_sigterm = [sys.executable, '-c', 'import signal, sys, time; signal.signal('
+                        'signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM)); '
+                        'print("started", flush=True); time.sleep(60)']
+    run = finetune_suite._run  # pylint: disable=protected-access
+    seconds, output = run(exits_on_sigterm, 120, str(tmp_path / 'log'), 'the hand recipe',
+                          stop_after=1)
+    assert seconds < 30 and 'started' in output
+    exits_143 = [sys.executable, '-c', 'import sys; sys.exit(143)']
+    with pytest.raises(BenchError, match='the hand recipe failed \\(exit 143\\)'):
+        run(exits_143, 120, str(tmp_path / 'log'), 'the hand recipe')
 
 
 def test_unknown_sets_are_named():

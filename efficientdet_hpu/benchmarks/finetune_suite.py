@@ -27,8 +27,7 @@ from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import processes
-from efficientdet_hpu.finetune import rerun
-from efficientdet_hpu.finetune import schedule
+from efficientdet_hpu.core import run_end
 
 RECIPES = {'demo': ('configs/demo.yaml', 2, False), 'trees': ('configs/trees-lite0.yaml', 20, True)}
 TILES = ['--tile_size=320', '--tile_overlap=64']
@@ -155,10 +154,10 @@ def hand_recipe(data_set, built, pth, directory):
     per_epoch = max(BATCH, int(round(steps / float(evaluations))) * BATCH)
     model_dir = os.path.join(directory, 'hand')
     val_json = os.path.join(records, 'val-tiles.json') if tiled else built['val_json']
-    # Held to the budget as the one command is (with its training floor, finetune/schedule.py):
+    # Held to the budget as the one command is (with its training floor, core/run_end.py):
     # a rate that came out faster than the training then runs (37.4 against 28.1 images/s on
     # shapes-300) would give it more time.
-    stop = max(schedule.MIN_TRAINING_SECONDS,
+    stop = max(run_end.MIN_TRAINING_SECONDS,
                data_set.budget_minutes * 60.0 - convert - PREDICT_SECONDS)
     planned = per_epoch * evaluations // BATCH
     train, _ = _run([sys.executable, 'main.py', '--hparams=%s' % recipe,
@@ -168,7 +167,7 @@ def hand_recipe(data_set, built, pth, directory):
                      '--val_json_file=%s' % val_json]
                     + (['--backbone_ckpt=%s' % weights] if weights else []),
                     data_set.budget_minutes * 180 + 1800, log, 'the hand recipe', stop)
-    reached = rerun.latest_step(model_dir) or 0
+    reached = run_end.latest_step(model_dir) or 0
     stopped = reached < planned
     # Stopped at the budget: its latest checkpoint, trained furthest (best/ holds the first of
     # its two evaluations at most).

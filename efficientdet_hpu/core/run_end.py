@@ -3,10 +3,15 @@ training/steps_file.py): {"total_steps": N, "warmup_steps": W, "moving_average_d
 (the last two optional), written whole by another process (efficientdet-finetune) and read
 by the run. Without TensorFlow, so the writer imports none."""
 import json
+import os
+import re
 
 from efficientdet_hpu.core import atomic_file
 
 TOTAL_STEPS, WARMUP_STEPS, EMA_DECAY = 'total_steps', 'warmup_steps', 'moving_average_decay'
+# Training runs at least this long under a budget: main.py's start-up takes 30-60 s (Lite0 on a
+# busy machine: 52 s), and a stop before its first step would leave nothing to evaluate.
+MIN_TRAINING_SECONDS = 180
 
 
 def write(path, total_steps, warmup_steps=None, ema_decay=None):
@@ -41,3 +46,13 @@ def target_steps(path, total_steps):
     """The run's last step: the file's when it holds one, else `total_steps` (the plan's)."""
     record = read(path) if path else None
     return record[TOTAL_STEPS] if record else total_steps
+
+
+def latest_step(model_dir):
+    """The step of model_dir's newest checkpoint (its `checkpoint` index), or None."""
+    try:
+        with open(os.path.join(model_dir, 'checkpoint')) as stream:
+            found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"', stream.read())
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None

@@ -1,6 +1,6 @@
 """The plan's printed reasons that are sentences about its numbers: the starting weights, the
 anchors, and the schedule from the steps to the time (finetune/plan.py makes the choices)."""
-from efficientdet_hpu.finetune import schedule
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.finetune import stats as stats_lib
 
 
@@ -83,11 +83,11 @@ def asked_steps_reason(request, fitting, parts):
         return ASKED_STEPS
     seconds = dict(parts)
     floor = (sum(seconds.values()) - seconds['start-up'] - seconds['training']
-             - seconds['evaluations'] + schedule.MIN_TRAINING_SECONDS)
+             - seconds['evaluations'] + run_end.MIN_TRAINING_SECONDS)
     if floor <= request.max_minutes * 60.0:
         return ('about %d fit --max_minutes=%g: its time-budget stop ends training there, and '
                 'the run goes on with the best checkpoint; %s' % (
                     max(0, fitting), request.max_minutes, ASKED_STEPS))
     return ('--max_minutes=%g stops training after its floor of %.0f min, so the run takes '
-            'about %.0f min; %s' % (request.max_minutes, schedule.MIN_TRAINING_SECONDS / 60.0,
+            'about %.0f min; %s' % (request.max_minutes, run_end.MIN_TRAINING_SECONDS / 60.0,
                                     floor / 60.0, ASKED_STEPS))

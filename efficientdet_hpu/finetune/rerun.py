@@ -17,11 +17,14 @@ A changed result key with nothing trained plans again; with a checkpoint it is r
 the command that resumes (the saved flags). A refused rerun writes nothing.
 """
 import os
-import re
 import shlex
 import shutil
 
 from efficientdet_hpu.config import hparams_config
+from efficientdet_hpu.core import run_end
+
+# model_dir's newest checkpoint step (its `checkpoint` index), or None.
+latest_step = run_end.latest_step
 
 DATA_KEYS = ('data', 'val_data', 'val_photos', 'single_class')
 RESULT_KEYS = DATA_KEYS + ('weights', 'model_name', 'steps', 'hparams')
@@ -59,16 +62,6 @@ _DEFAULTS = {'val_data': '', 'val_photos': [], 'single_class': '', 'weights': ''
 def describe(found) -> str:
     """"model_name: was '', now 'efficientdet-d0'; steps: was 0, now 2"."""
     return '; '.join('%s: was %r, now %r' % item for item in found)
-
-
-def latest_step(model_dir):
-    """The step of model_dir's newest checkpoint (its `checkpoint` index), or None."""
-    try:
-        with open(os.path.join(model_dir, 'checkpoint')) as stream:
-            found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"', stream.read())
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
 
 
 def search_undecided(layout) -> bool:

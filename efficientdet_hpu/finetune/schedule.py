@@ -7,9 +7,6 @@ import math
 PASSES = 100  # Passes over the training images (Ultralytics' 100 epochs; trees peaked at ~80).
 MIN_STEPS, MAX_STEPS = 300, 50000
 MIN_BUDGET_STEPS = 20
-# Training runs at least this long under a budget: main.py's start-up takes 30-60 s (Lite0 on a
-# busy machine: 52 s), and a stop before its first step would leave nothing to evaluate.
-MIN_TRAINING_SECONDS = 180
 EVALUATIONS, MIN_EVAL_INTERVAL = 10, 50
 WARMUP_SHARE = 0.05  # make trees: 100 warm-up steps of 2000.
 EMA_MIN, EMA_MAX = 0.99, 0.9998  # The horizon 1 / (1 - decay) ~ steps / 2, within these.

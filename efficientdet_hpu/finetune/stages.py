@@ -30,7 +30,6 @@ from efficientdet_hpu.finetune import probe as probe_lib
 from efficientdet_hpu.finetune import report
 from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import runner as runner_lib
-from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import search
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.serving import formats as export_formats
@@ -149,7 +148,7 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
     probe = (None if deadline is None else
              probe_lib.RateProbe(plan, layout.model_dir, deadline,
                                  rerun.latest_step(layout.model_dir), say=runner.say, move=move))
-    floor = schedule.MIN_TRAINING_SECONDS
+    floor = run_end.MIN_TRAINING_SECONDS
     stop_after = (None if deadline is None
                   else budget.training_stop(deadline, final, probe, floor, load))
     timeout = (max(floor, deadline - time.time()) if deadline is not None

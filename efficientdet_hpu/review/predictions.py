@@ -21,6 +21,7 @@ import time
 import yaml
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan_file
@@ -133,7 +134,7 @@ def train(runner, layout, fold, recipe_path, planned_steps, plan, stop_at=None):
         return _read(record_path)
     model_dir = layout.fold(fold.index, 'model')
     planned = planned_steps * plan.global_batch / plan.images_per_second
-    stop_after = None if stop_at is None else max(schedule.MIN_TRAINING_SECONDS,
+    stop_after = None if stop_at is None else max(run_end.MIN_TRAINING_SECONDS,
                                                   stop_at - time.time())
     timeout = (stop_after if stop_after is not None else 3 * planned + 3600) + TRAIN_GRACE_SECONDS
     start = time.monotonic()

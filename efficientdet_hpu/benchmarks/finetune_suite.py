@@ -183,7 +183,8 @@ def hand_recipe(data_set, built, pth, directory):
         metrics = json.load(stream)
     result = {'AP50': metrics.get('AP50'), 'AP': metrics.get('AP'),
               'minutes': round((convert + train + predict) / 60.0, 1),
-              'steps': reached, 'steps_planned': planned, 'rate': round(rate, 2)}
+              'steps': reached, 'steps_planned': planned, 'stopped': stopped,
+              'rate': round(rate, 2)}
     atomic_file.write_json_atomically(record, result)
     return result
 
@@ -224,8 +225,7 @@ def run(names=(), quick=False, output=None, work=None):
                      'finetune_minutes': one['minutes'], 'finetune_steps': one['steps'],
                      'finetune_ended': one['ended'], 'plan': one['plan'],
                      'hand': os.path.basename(RECIPES[data_set.hand][0]) + (
-                         ' (stopped at the budget)' if hand['steps'] < hand.get(
-                             'steps_planned', hand['steps']) else ''),
+                         ' (stopped at the budget)' if hand.get('stopped') else ''),
                      'hand_AP50': hand['AP50'], 'hand_minutes': hand['minutes'],
                      'hand_steps': hand['steps']})
         print('%s: one command AP50 %s in %.1f min, %s AP50 %s in %.1f min (budget %g)' % (

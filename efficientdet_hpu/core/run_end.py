@@ -48,11 +48,19 @@ def target_steps(path, total_steps):
     return record[TOTAL_STEPS] if record else total_steps
 
 
-def latest_step(model_dir):
-    """The step of model_dir's newest checkpoint (its `checkpoint` index), or None."""
+def newest_checkpoint(model_dir):
+    """The name in model_dir's `checkpoint` index (TensorFlow's, read without importing it),
+    or None."""
     try:
-        with open(os.path.join(model_dir, 'checkpoint')) as stream:
-            found = re.search(r'model_checkpoint_path: "[^"]*?(\d+)"', stream.read())
+        with open(os.path.join(model_dir, 'checkpoint'), encoding='utf-8') as stream:
+            found = re.search(r'^model_checkpoint_path: "([^"]*)"', stream.read(), re.M)
     except OSError:
         return None
+    return os.path.basename(found.group(1)) if found else None
+
+
+def latest_step(model_dir):
+    """The step of model_dir's newest checkpoint (the number its name ends with), or None."""
+    name = newest_checkpoint(model_dir)
+    found = re.search(r'(\d+)$', name) if name else None
     return int(found.group(1)) if found else None

@@ -3,12 +3,12 @@
 signals forwarded to the ranks and, on many boxes, the stall watch (`run_mpirun`); the line at
 a stop (`stop_line`)."""
 import os
-import re
 import signal
 import subprocess
 import sys
 
 from efficientdet_hpu.core import processes
+from efficientdet_hpu.core import run_end
 from efficientdet_hpu.launch.heartbeat import stall_line
 from efficientdet_hpu.launch.plan import PROGRAM
 
@@ -93,7 +93,7 @@ def _wait_watching(process, stall_watch):
 
 def stop_line(stop, model_dir):
     """The launcher's line at a stop signal: what model_dir keeps (its newest checkpoint)."""
-    checkpoint = newest_checkpoint(model_dir) if model_dir else None
+    checkpoint = run_end.newest_checkpoint(model_dir) if model_dir else None
     if checkpoint:
         stop.kept = (f"checkpoint {checkpoint} kept in {model_dir}; rerun the same command to "
                      f"continue")
@@ -103,17 +103,6 @@ def stop_line(stop, model_dir):
     elif model_dir:
         stop.kept = f"no checkpoint in {model_dir} yet; rerun the same command to start again"
     return stop.line(PROGRAM)
-
-
-def newest_checkpoint(model_dir):
-    """The name in model_dir's `checkpoint` index (TensorFlow's, read without importing it),
-    or None."""
-    try:
-        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as stream:
-            found = re.search(r'^model_checkpoint_path: "([^"]*)"', stream.read(), re.M)
-    except OSError:
-        return None
-    return os.path.basename(found.group(1)) if found else None
 
 
 def exec_single_process(command, env):

@@ -2,6 +2,10 @@
 against the config system. A recipe's keys are hparams, except RUN_OPTION_KEYS, which set
 main.py's flags of the same names (a flag typed on the command line wins)."""
 import collections
+import difflib
+import glob
+import os
+import re
 
 from efficientdet_hpu.config import automl_config
 from efficientdet_hpu.config import hparams_config
@@ -32,10 +36,41 @@ def read_recipe(text):
     """'recipe.yaml', 'a=1,b.c=2', 'recipe.yaml,a=1' or '' -> Recipe."""
     text = (text or '').strip()
     head, _, rest = text.partition(',')
+    problem = recipe_file_error(head)
+    if problem:
+        raise hparams_config.ConfigError(problem)
     path, override_text = (head, rest) if hparams_config.is_yaml_path(head) else (None, text)
     values = hparams_config.load_yaml(path) if path else {}
     run_options = {key: values.pop(key) for key in list(values) if key in RUN_OPTION_KEYS}
     return Recipe(run_options, values, hparams_config.parse_override_string(override_text))
+
+
+def recipe_file_error(head):
+    """The one line for an --hparams value whose first entry names a recipe file that cannot be
+    one: a path that is not there (a .yaml/.yml name, or an entry without '=' that has a '/' or
+    a file extension: a mistyped recipe, which would otherwise read as a malformed key=value),
+    with the closest YAML file's name; a file there whose name is not .yaml/.yml. Else None."""
+    head = head.strip()
+    if not head or '=' in head:
+        return None
+    is_yaml = hparams_config.is_yaml_path(head)
+    if os.path.isfile(head):
+        return None if is_yaml else (
+            '--hparams=%s: a recipe file is YAML named .yaml or .yml (overrides are key=value)'
+            % head)
+    if not (is_yaml or '/' in head or os.sep in head
+            or re.search(r'\.(ya?m?l?|json|cfg|conf|txt)$', head, re.I)):
+        return None
+    folder = os.path.dirname(head)
+    if folder and not os.path.isdir(folder):
+        where = 'no folder %s' % folder
+    else:
+        where = 'no file %s' % head
+    candidates = [path for pattern in ('*.yaml', '*.yml')
+                  for path in glob.glob(os.path.join(folder, pattern))]
+    close = difflib.get_close_matches(head, candidates, n=1, cutoff=0.6)
+    return ('--hparams=%s: %s%s (a recipe is a .yaml or .yml file; overrides are key=value)'
+            % (head, where, '; did you mean --hparams=%s?' % close[0] if close else ''))
 
 
 def build_config(model_name, recipe, base=None):

@@ -96,14 +96,20 @@ def _check_launcher_values(values):
 
 def model_dir_from(forwarded):
     """The last --model_dir given to main.py (absl: the last one wins), or None."""
-    model_dir = None
+    return forwarded_value(forwarded, 'model_dir')
+
+
+def forwarded_value(forwarded, name):
+    """The last value given to main.py's flag `name` (--name=V or --name V; absl: the last
+    one wins), or None."""
+    value = None
     for index, arg in enumerate(forwarded):
-        match = re.fullmatch(r"--?model_dir(?:=(.*))?", arg, re.DOTALL)
+        match = re.fullmatch(r"--?%s(?:=(.*))?" % re.escape(name), arg, re.DOTALL)
         if match and match.group(1) is not None:
-            model_dir = match.group(1)
+            value = match.group(1)
         elif match and index + 1 < len(forwarded):
-            model_dir = forwarded[index + 1]
-    return model_dir
+            value = forwarded[index + 1]
+    return value
 
 
 def forwarded_boolean(forwarded, name):

@@ -13,11 +13,13 @@ import tempfile
 
 from efficientdet_hpu import launch as hccl_config
 from efficientdet_hpu.config import legacy_flags
+from efficientdet_hpu.config import recipe
 from efficientdet_hpu.core import compat
 from efficientdet_hpu.launch import sites
 from efficientdet_hpu.launch.heartbeat import HEARTBEAT_DIR_ENV, stall_settings
 from efficientdet_hpu.launch.hosts import rank_hosts
-from efficientdet_hpu.launch.launcher_flags import LaunchError, model_dir_from, parse_launcher_argv
+from efficientdet_hpu.launch.launcher_flags import (LaunchError, forwarded_value, model_dir_from,
+                                                    parse_launcher_argv)
 from efficientdet_hpu.launch.mpi_env import exported_names
 from efficientdet_hpu.launch.ssh_preflight import Preflight
 
@@ -198,6 +200,10 @@ def build_launch(argv, environ, *, cores=None, python=None, deduce_network=None)
         warnings = (("MULTI_HLS_IPS has no effect without --use_horovod N",)
                     if environ.get("MULTI_HLS_IPS") else ())
         return Launch(program, dict(environ), warnings=warnings, dry_run=args.dry_run)
+    # Checked here, once: each rank's main.py would say it, after mpirun started them all.
+    problem = recipe.recipe_file_error((forwarded_value(forwarded, 'hparams') or '').split(',')[0])
+    if problem:
+        raise LaunchError(problem)
     cores = cores or hccl_config.count_physical_cores()
     return _mpi_launch(args, forwarded, program, environ, cores,
                        deduce_network or hccl_config.deduce_tcp_include)

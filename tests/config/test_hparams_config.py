@@ -3,6 +3,7 @@ import pytest
 
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config.hparams_config import ConfigError, get_efficientdet_config
+from efficientdet_hpu.config.recipe import read_recipe
 
 
 def test_variant_table_holds_the_published_scaling():
@@ -80,6 +81,25 @@ def test_bad_overrides_are_errors_naming_the_key(text, message):
     with pytest.raises(ConfigError) as error:
         config.override(text)
     assert message in str(error.value)
+
+
+def test_a_recipe_name_that_is_not_there_is_named_with_the_closest_file(tmp_path):
+    (tmp_path / 'demo.yaml').write_text('num_classes: 3\n')
+    (tmp_path / 'notes.txt').write_text('num_classes: 3\n')
+    typed = str(tmp_path / 'demo.yam')
+    with pytest.raises(ConfigError) as error:
+        read_recipe(typed + ',num_classes=4')
+    assert str(error.value) == (
+        '--hparams=%s: no file %s; did you mean --hparams=%s? (a recipe is a .yaml or .yml '
+        'file; overrides are key=value)' % (typed, typed, tmp_path / 'demo.yaml'))
+    assert read_recipe(str(tmp_path / 'demo.yaml') + ',num_classes=4').overrides == {
+        'num_classes': 4}
+    with pytest.raises(ConfigError, match='no folder nowhere '):
+        read_recipe('nowhere/demo.yaml')
+    with pytest.raises(ConfigError, match='a recipe file is YAML named .yaml or .yml'):
+        read_recipe(str(tmp_path / 'notes.txt'))
+    with pytest.raises(ConfigError, match="'num_classes' is not of the form key=value"):
+        read_recipe('num_classes')  # No path in it: the entry is a malformed override.
 
 
 def test_yaml_file_errors_are_clear(tmp_path):

@@ -355,7 +355,24 @@ BAD_INPUTS = [
     (["--kubernetes_run"], {"HOSTFILE_TEXT": "worker-0\n"}, "has no slots=; add slots=N"),
     (["--kubernetes_run", "--use_horovod", "4"], {"HOSTFILE_TEXT": "worker-0 slots=8\n"},
      "--use_horovod 4 disagrees"),
+    (["--use_horovod", "2", "--hparams", "nowhere/recipe.yaml,num_classes=3"], {},
+     "--hparams=nowhere/recipe.yaml: no folder nowhere"),
 ]
+
+
+def test_a_mistyped_recipe_is_refused_before_mpirun_and_its_suggestion_launches(tmp_path):
+    env, out = echo_env(tmp_path)
+    typed = f"--hparams={ROOT}/configs/demo.yam"
+    result, _ = run_launcher(["--use_horovod", "2", "--main_script", ECHO, typed], env)
+    assert_one_line_error(result, f"no file {ROOT}/configs/demo.yam; did you mean ",
+                          starts_with="demo_efficientdet.py: error: ")
+    assert rank_records(out) == {}
+    suggested = result.stderr.split("did you mean ")[1].split("?")[0]
+    assert suggested == f"--hparams={ROOT}/configs/demo.yaml"
+    result, _ = run_launcher(["--use_horovod", "2", "--dry_run", "--main_script", ECHO,
+                              f"--model_dir={tmp_path / 'model'}", suggested], env)
+    assert result.returncode == 0, result.stderr
+    assert suggested in result.stdout.splitlines()[0]
 
 
 @pytest.mark.parametrize("argv, env_extra, message", BAD_INPUTS)

@@ -115,7 +115,7 @@ _DEFAULTS = {
         'max_nms_inputs': 0,  # K: the K best (anchor, class) pairs; 0: each anchor's best.
         'max_output_size': 100,
         'class_agnostic': False,  # True: automl's serving path (one NMS over all classes).
-        'clip_to_image': True,  # Boxes clipped to the original image (automl: not clipped).
+        'clip_to_image': True,  # Clipped to the photo, empty boxes dropped (automl: neither).
     },
 }
 

@@ -145,7 +145,7 @@ def generate_detections(logits, codes, anchor_boxes, image_scales, image_sizes,
     boxes scaled to original pixels, as postprocess does: with class_agnostic clipped to the
     network input (network_size (height, width); by default twice the anchors' mean centre,
     as each level's centres lie symmetric about the middle) before scaling, with
-    clip_to_image clipped to the image after."""
+    clip_to_image clipped to the image after, the boxes left without area dropped."""
     if nms_args.get('class_agnostic') and network_size is None:
         twice_centre = (anchor_boxes[:, :2] + anchor_boxes[:, 2:]).mean(axis=0)
         network_size = np.round(twice_centre).tolist()
@@ -159,5 +159,14 @@ def generate_detections(logits, codes, anchor_boxes, image_scales, image_sizes,
         if clip_to_image:
             height, width = (float(v) for v in image_sizes[index])
             boxes = np.clip(boxes, 0.0, [height, width, height, width])
+            kept = has_area(boxes)
+            boxes, scores, labels = boxes[kept], scores[kept], labels[kept]
         results.append((boxes.astype(np.float32), scores, labels))
     return results
+
+
+def has_area(boxes):
+    """[M] bool: the boxes [M, 4] [ymin, xmin, ymax, xmax] with an area. Clipped to the photo,
+    a box that lay wholly outside it (in the padding of the network input) has none, and is
+    not a detection (postprocess.generate_detections drops it too)."""
+    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])

@@ -214,14 +214,22 @@ def _nms_per_class(boxes, scores, classes, *, num_classes, max_output_size, scor
 
 
 def _detection_rows(boxes, scores, classes, image_ids, image_scales, image_sizes):
-    """Assembles [B, M, 7] rows in original pixels; padding rows become zero."""
+    """Assembles [B, M, 7] rows in original pixels; padding rows become zero. Clipped to
+    image_sizes when given, a box that lay wholly outside the photo (in the padding of the
+    network input) keeps no area: it is dropped, the rows after it move up (their order
+    kept), and the count falls."""
     valid = scores >= 0.0                                          # [B, M]
     scales = tf.reshape(tf.cast(image_scales, tf.float32), [-1, 1, 1])
     boxes = boxes * scales
     if image_sizes is not None:
         boxes = box_ops.clip_boxes(boxes, tf.reshape(image_sizes, [-1, 1, 2]))
+        valid &= (boxes[..., 2] > boxes[..., 0]) & (boxes[..., 3] > boxes[..., 1])
     ids = tf.cast(tf.reshape(image_ids, [-1, 1]), tf.float32) * tf.ones_like(scores)
     labels = tf.cast(classes + 1, tf.float32)
     rows = tf.concat([ids[..., None], boxes, scores[..., None], labels[..., None]], axis=-1)
     rows = tf.where(valid[..., None], rows, tf.zeros_like(rows))
+    if image_sizes is not None:  # The kept rows first, in their order.
+        order = tf.argsort(tf.cast(valid, tf.int32), axis=1, direction='DESCENDING',
+                           stable=True)
+        rows = tf.gather(rows, order, batch_dims=1)
     return rows, tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)

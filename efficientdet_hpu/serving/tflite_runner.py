@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import record_parser
+from efficientdet_hpu.ops import host_postprocess
 from efficientdet_hpu.serving.model_spec import InferenceError
 
 METADATA_FILE = 'tflite.json'
@@ -87,16 +88,24 @@ def finish_detections(detections, count, image_scale, image_size, category_ids,
     index + 1, 0 on padding rows, which are all zero); count: real rows; image_scale float32;
     image_size (height, width); category_ids int64 [C + 1] (entry 0 for padding).
     Returns boxes float32 [M, 4] image pixels, scores float32 [M], classes int64 [M], count.
+    Clipped, a box left without area (host_postprocess.has_area) is dropped as in the graph:
+    the real rows after it move up, and the count falls.
     """
     if detections.ndim != 2 or detections.shape[1] != 6:
         raise ValueError('detections must be [M, 6], got %s' % (detections.shape,))
     boxes = detections[:, :4] * np.float32(image_scale)
+    scores = detections[:, 4]
+    labels = np.round(detections[:, 5]).astype(np.int64)
     if clip_to_image:
         height, width = np.asarray(image_size, np.float32)
         boxes = np.minimum(np.maximum(boxes, np.float32(0)),
                            np.array([height, width, height, width], np.float32))
-    labels = np.round(detections[:, 5]).astype(np.int64)
-    return boxes, detections[:, 4], np.asarray(category_ids, np.int64)[labels], int(count)
+        kept = (np.arange(len(boxes)) < int(count)) & host_postprocess.has_area(boxes)
+        order = np.argsort(~kept, kind='stable')  # The kept rows first, in their order.
+        boxes, scores, labels = boxes[order], scores[order], labels[order]
+        count = int(kept.sum())
+        boxes[count:], scores[count:], labels[count:] = 0, 0, 0  # Padding rows: all zero.
+    return boxes, scores, np.asarray(category_ids, np.int64)[labels], int(count)
 
 
 def make_interpreter(model_path=None, model_content=None, num_threads=None):

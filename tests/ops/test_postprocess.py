@@ -248,6 +248,29 @@ def test_class_agnostic_gaussian_decays_across_classes():
         np.testing.assert_allclose(rows[0, :2, 5], [0.9, second], rtol=1e-5)
 
 
+def test_a_box_wholly_outside_the_photo_is_dropped_the_rest_move_up():
+    # A 100 x 60 photo in a 100 x 100 network input (scale 1): x 60-100 is the input's
+    # padding. The best-scoring box lies in it: clipped, it keeps no area, so it is dropped
+    # and the rows after it move up; a box across the photo's edge is kept, clipped.
+    boxes = [[10, 70, 30, 90], [10, 10, 30, 30], [40, 50, 60, 80], [70, 65, 90, 99]]
+    per_image = [[(0, 0.95), (1, 0.9), (0, 0.8), (1, 0.7)]]
+    rows, count = _detect(boxes, per_image, sizes=[[100, 60]])
+    assert count.tolist() == [2]
+    np.testing.assert_allclose(rows[0], [[7, 10, 10, 30, 30, 0.9, 2],
+                                         [7, 40, 50, 60, 60, 0.8, 1],
+                                         [0] * 7, [0] * 7, [0] * 7], rtol=1e-5)
+    logits = _outputs(per_image)[0][3].numpy().reshape(1, 4, NUM_CLASSES)
+    host = host_postprocess.generate_detections(
+        logits, np.zeros((1, 4, 4), np.float32), np.array(boxes, np.float32), [1.0],
+        [[100, 60]], method='hard', iou_thresh=0.5, score_thresh=0.001, sigma=0.5,
+        max_nms_inputs=5000, max_output_size=5)[0]
+    np.testing.assert_allclose(host[0], rows[0, :2, 1:5], rtol=1e-5)
+    assert host[2].tolist() == [2, 1]
+    # Not clipped (automl's paths), nothing is dropped.
+    _, count = _detect(boxes, per_image, sizes=[[100, 60]], clip_to_image=False)
+    assert count.tolist() == [4]
+
+
 def test_boxes_are_not_clipped_to_the_image_when_asked():
     # automl's paths do not clip to the original image: a box past it stays as decoded.
     rows, _ = _detect([[10, 20, 30, 80]], [[(0, 0.9)]], scales=[2.0], sizes=[[50, 100]],
@@ -271,7 +294,7 @@ def test_host_postprocess_matches_the_graph_on_every_path(method, class_agnostic
     boxes, scores, labels = host_postprocess.generate_detections(
         logits, codes, anchor_boxes, [1.5], [[90, 80]], network_size=(64, 64), **settings)[0]
     got = rows.numpy()[0, :int(count[0])]
-    assert len(got) == len(scores) == 30
+    assert len(got) == len(scores) > 20  # Of 30: those wholly past the 80 px width dropped.
     np.testing.assert_allclose(got[:, 5], scores, rtol=1e-5)
     np.testing.assert_allclose(got[:, 1:5], boxes, atol=1e-3)
     assert got[:, 6].astype(int).tolist() == labels.tolist()

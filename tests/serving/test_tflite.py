@@ -98,7 +98,8 @@ def test_tflite_postprocess_equals_the_graph_postprocess(exported):
         outputs[tflite_runner.NUM_DETECTIONS_OUTPUT][0], scale, size,
         predictor.metadata['category_ids'])
     expected = rows.numpy()[0]
-    assert count == int(counts[0]) == 100
+    # Of the 100 kept, those the clip to the 150 px height leaves without area are dropped.
+    assert 50 < count == int(counts[0]) <= 100
     np.testing.assert_allclose(scores, expected[:, 5], rtol=1e-5)
     np.testing.assert_allclose(boxes, expected[:, 1:5], atol=1e-3)
     table = np.asarray(predictor.metadata['category_ids'])
@@ -114,6 +115,19 @@ def test_finish_detections_scales_clips_and_maps_categories():
     assert boxes.tolist() == [[20, 40, 60, 80], [0, 100, 100, 200], [0, 0, 0, 0]]
     assert scores.tolist() == pytest.approx([0.9, 0.5, 0.0])
     assert classes.tolist() == [9, 7, 0] and count == 2
+
+
+def test_finish_detections_drops_a_box_wholly_outside_the_photo():
+    # Row 0 lies past the 200 px width (the network input's padding): clipped it keeps no
+    # area; the rows after it move up and the count falls, as in the graph's postprocess.
+    detections = np.array([[10, 110, 30, 130, 0.95, 1], [10, 20, 30, 40, 0.9, 2],
+                           [5, 90, 20, 120, 0.6, 1], [0, 0, 0, 0, 0, 0]], np.float32)
+    boxes, scores, classes, count = tflite_runner.finish_detections(
+        detections, 3, 2.0, (100, 200), [0, 7, 9])
+    assert count == 2
+    assert boxes.tolist() == [[20, 40, 60, 80], [10, 180, 40, 200], [0] * 4, [0] * 4]
+    assert scores.tolist() == pytest.approx([0.9, 0.6, 0, 0])
+    assert classes.tolist() == [9, 7, 0, 0]
 
 
 def test_predict_tflite_writes_detections_json(exported, tiny_dataset, tmp_path):

@@ -204,7 +204,8 @@ def test_host_postprocess_matches_the_graph_postprocess():
                                                 **nms_args)
     for index, (boxes, scores, labels) in enumerate(host):
         count = int(counts[index])
-        assert count == len(scores) == 50
+        # Of the 50 kept, those the clip to the photo (150 px high) leaves without area dropped.
+        assert 40 < count == len(scores) <= 50
         expected = rows.numpy()[index, :count]
         np.testing.assert_allclose(scores, expected[:, 5], rtol=1e-5)
         np.testing.assert_allclose(boxes, expected[:, 1:5], atol=1e-3)

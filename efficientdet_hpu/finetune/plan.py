@@ -405,15 +405,15 @@ def candidate_plan(plan, data, hardware, request, name, advice=(), coverage=None
     """The plan of the search's candidate `name` (candidate_name): `plan`'s at its size, from
     random weights for '-random', its steps fitting the same budget less the same search
     (finetune/search.py)."""
-    table = table or costs.load(hardware.cpu)
-    advice, not_taken = taken_advice(advice, coverage)
+    table, (advice, not_taken) = table or costs.load(hardware.cpu), taken_advice(advice, coverage)
     cost = dict(plan.seconds).get('search', 0.0)
     size, random = int(name.split('px')[0]), name.endswith('-random')
     reasons, model, network = dict(plan.reasons), plan.model_name, None
     if random:
         request = dataclasses.replace(request, weights=Weights())
-        model, network, reasons['model'] = model_choice.random_start_network(
-            request, plan.model_name, advice)
+        model, network, reasons['model'], advice, raised = model_choice.random_start_network(
+            request, plan.model_name, advice, stats_lib.sides_at_input(data.train, size))
+        not_taken = '; '.join(part for part in (not_taken, raised) if part)
         reasons.update(weights='random initialisation: the search\'s other start beside %s'
                        % plan.weights.path, size='%d px, from random weights: the search\'s '
                        'other start' % size)

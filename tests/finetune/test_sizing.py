@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from efficientdet_hpu.finetune import model_choice
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import sizing
 from finetune_cases import (FEW_PHOTOS, LITE0_PTH, MANY_CLASSES, ORTHO, ROOMY, SEARCH_TABLE,
@@ -68,14 +69,26 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
                            'of the training')
     # The random start is the plan from random weights at 192 px: the same steps, the
     # from-scratch rate and warm-up (a quarter), no freeze, no --backbone_ckpt, and
-    # configs/demo.yaml's network with Lite0's anchor_scale (the doctor advised none).
+    # configs/demo.yaml's network with Lite0's anchor_scale (the doctor advised none), on the
+    # demo's levels 3-5: the boxes, 20-60 px in photos of 340 px, are at most 34 px at 192 px
+    # (sqrt(w h)), and level 5's largest anchor at 3.0, 3 x 32 x 2^(2/3) = 152 px, overlaps a
+    # box by IoU 0.5 up to 215 px.
     other = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '192px-random',
                                     table=SEARCH_TABLE)
     assert (other.image_size, other.steps, other.warmup_steps, other.freeze_steps) == (
         192, 2440, 610, 0)
     assert other.weights == plan_lib.Weights() and other.model_name == 'efficientdet-d0'
     assert dict(other.model_keys) == dict(
-        fpn_num_filters=48, fpn_cell_repeats=2, box_class_repeats=2, anchor_scale=3.0)
+        fpn_num_filters=48, fpn_cell_repeats=2, box_class_repeats=2, min_level=3, max_level=5,
+        anchor_scale=3.0)
+    assert "; levels 3-5, configs/demo.yaml's: 99 boxes in 100 are at most 34 px at the " \
+        "input (sqrt(w h)), which level 5's anchors reach" in dict(other.reasons)['model']
+    # Boxes beyond level 5's reach keep D0's levels 3-7: at 2.0 it reaches 143.7 px.
+    wide = plan_lib.Request(weights=plan_lib.Weights(), max_minutes=20)
+    for sides, levels in (([100.0] * 99 + [150.0], True), ([100.0] * 98 + [150.0] * 2, False)):
+        network = model_choice.random_start_network(wide, 'efficientdet-lite0',
+                                                    (('anchor_scale', 1.5),), sides)[1][0]
+        assert ('max_level' in dict(network)) == levels
     assert dict(other.reasons)['model'].startswith(
         "efficientdet-d0 with configs/demo.yaml's narrower BiFPN and heads (fpn_num_filters=48")
     assert dict(other.reasons)['model'].endswith(
@@ -96,6 +109,23 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
     assert 'fpn_num_filters' not in dict(advised.model_keys)
     assert 'anchor_scale' not in dict(advised.model_keys)
     assert dict(advised.anchors)['anchor_scale'] == 2.0
+    # A doctor's scale under configs/demo.yaml's 2.0 is raised to it for random weights (the
+    # ImageNet start keeps the doctor's), and the anchors line says so; the user's stays.
+    small = (('anchor_scale', 1.5), ('aspect_ratios', ((1.0, 1.0), (1.4, 0.7))))
+    raised = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '192px-random', small,
+                                     0.5, SEARCH_TABLE)
+    assert dict(raised.model_keys)['anchor_scale'] == 2.0
+    assert dict(raised.anchors) == {'aspect_ratios': ((1.0, 1.0), (1.4, 0.7))}
+    assert dict(raised.reasons)['anchors'].endswith(
+        "anchor_scale 2.0, configs/demo.yaml's, in place of the data doctor's 1.5: from random "
+        "weights a smaller scale reached more boxes and trained worse (docs/finetune.md)")
+    kept = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '256px', small, 0.5,
+                                   SEARCH_TABLE)
+    assert dict(kept.anchors)['anchor_scale'] == 1.5
+    users = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, plan_lib.Request(
+        weights=LITE0_PTH, max_minutes=20, hparams=(('anchor_scale', 1.25),)), '192px-random',
+        small, 0.5, SEARCH_TABLE)
+    assert 'anchor_scale' not in dict(users.model_keys)
     # Fewer photos, or a fixed --steps: no random start.
     assert plan_lib.make_plan(FEW_PHOTOS, ROOMY, request, table=TABLE).candidates == ()
     assert plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(

@@ -1,6 +1,7 @@
 """The plan's printed reasons that are sentences about its numbers: the starting weights, the
 anchors, and the schedule from the steps to the time (finetune/plan.py makes the choices)."""
 from efficientdet_hpu.core import run_end
+from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import stats as stats_lib
 
 
@@ -28,9 +29,10 @@ def anchors_reason(anchors, not_taken):
     return '; '.join(part for part in (taken, not_taken) if part)
 
 
-def ema_reason(decay):
-    return ('moving_average_decay %g: a horizon of about %d steps, half the run (automl\'s '
-            '0.9998 would lag a short run)' % (decay, round(1 / (1 - decay))))
+def ema_reason(steps):
+    return ('automl\'s moving average of the weights (what evaluation and export use): decay '
+            'min(%g, (1 + n) / (10 + n)) at step n, so at step %d it spans about the last %d '
+            'steps' % (schedule.EMA_DECAY, steps, schedule.ema_span(steps)))
 
 
 def freezing_reason(steps):
@@ -56,7 +58,7 @@ def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatc
         ('schedule', rate_why + ' (%.4g at a batch of %d)' % (
             dict(plan.schedule_keys)['learning_rate'] * plan.global_batch / 64.0,
             plan.global_batch)),
-        ('EMA', ema_reason(plan.ema_decay)),
+        ('EMA', ema_reason(plan.steps)),
         ('augmentation', jitter_why),
         ('evaluation', evaluation_reason(plan.evaluations, plan.eval_interval,
                                          plan.val_images))]

@@ -10,7 +10,7 @@
                    least END_MARGIN_SECONDS) differs from the plan's by MOVE_SHARE of the time
                    to go (and MOVE_MIN_SECONDS), the running main.py is told through its
                    --steps_file (finetune/correction.py): it ends there, sooner or later, its
-                   warm-up, cosine, moving average and evaluations following, with no restart
+                   warm-up, cosine and evaluations following, with no restart
                    (an evaluation at the new end, its cosine at zero; plan.yaml's num_epochs a
                    fraction where the end falls inside an interval). Where it cannot (a frozen
                    backbone's steps the move would shift, still to come), the decision waits
@@ -211,7 +211,7 @@ def steps_line(plan, decision) -> str:
     """The line the run prints when the measured steps change (or keep) the planned steps."""
     fit = decision.get('fit', decision['evaluations'])
     if decision.get('in_place'):
-        verdict = ('%d steps instead of %d: the run ends there, its cosine and moving average '
+        verdict = ('%d steps instead of %d: the run ends there, its warm-up and cosine '
                    'following, without a restart' % (decision['end'], plan.steps))
     elif decision['restart']:
         verdict = ('%d steps instead of %d: training stops, writes its checkpoint and goes on '

@@ -9,7 +9,10 @@ MIN_STEPS, MAX_STEPS = 300, 50000
 MIN_BUDGET_STEPS = 20
 EVALUATIONS, MIN_EVAL_INTERVAL = 10, 50
 WARMUP_SHARE = 0.05  # make trees: 100 warm-up steps of 2000.
-EMA_MIN, EMA_MAX = 0.99, 0.9998  # The horizon 1 / (1 - decay) ~ steps / 2, within these.
+# automl's moving average counts its updates: at step n its decay is min(EMA_DECAY,
+# (1 + n) / (10 + n)), so the count rules until step ~45,000 and a lower decay changes nothing
+# in a run shorter than 9 / (1 - decay) steps (docs/training.md).
+EMA_DECAY = 0.9998
 # From pretrained weights: configs/trees-lite0.yaml (automl's fine-tune rate, per 64 images).
 # From random weights: configs/demo.yaml's measured from-scratch rate, 16 times higher, with a
 # quarter of the run as warm-up (docs/demo.md).
@@ -60,7 +63,7 @@ def schedule_numbers(steps, train_images, global_batch, warmup_share=WARMUP_SHAR
     """(steps, evaluation interval, warm-up steps, EMA decay, early-stop patience): up to
     EVALUATIONS evaluations at least MIN_EVAL_INTERVAL steps apart, the steps a multiple of
     the interval; warm-up `warmup_share` of the steps but at least one pass over the images
-    and at most a fifth of the steps (a quarter from random weights); EMA horizon steps / 2;
+    and at most a fifth of the steps (a quarter from random weights); automl's EMA decay;
     patience half the evaluations."""
     evaluations = evaluations_for(steps)
     interval = max(1, steps // evaluations)
@@ -75,9 +78,13 @@ def horizon(steps, evaluations, train_images, global_batch, warmup_share=WARMUP_
     one_pass = int(math.ceil(train_images / float(global_batch)))
     cap = max(1, steps // 4 if warmup_share > 0.2 else steps // 5)
     warmup = min(max(one_pass, int(round(warmup_share * steps))), cap)
-    ema = round(min(EMA_MAX, max(EMA_MIN, 1.0 - 2.0 / steps)), 5)
     patience = evaluations // 2 if evaluations >= 6 else 0
-    return warmup, ema, patience
+    return warmup, EMA_DECAY, patience
+
+
+def ema_span(steps, decay=EMA_DECAY) -> int:
+    """The steps the moving average spans (1 / (1 - its decay)) at a run's last step."""
+    return int(round(1.0 / (1.0 - min(decay, (1.0 + steps) / (10.0 + steps)))))
 
 
 def learning_rate(weights_kind) -> tuple:

@@ -232,12 +232,13 @@ def result_line(results, winner) -> str:
 
 def skipped_line(plan, left, load):
     """The `not searched: ...` line where the search no longer fits the run (None where it
-    does): its cost, scaled by the stages' ratio `load`, over SEARCH_RUN_MAX_SHARE of the
-    training in the `left` seconds (None: no deadline) once the end and a start-up are kept."""
+    does): its cost, scaled by the stages' ratio `load` (over 1 only), over
+    SEARCH_RUN_MAX_SHARE of the training in the `left` seconds (None: no deadline) once the
+    end and a start-up are kept."""
     if left is None:
         return None
     parts = dict(plan.seconds)
-    cost = parts.get('search', 0.0) * load
+    cost = parts.get('search', 0.0) * budget.training_load(load)
     training_left = left - (parts['whole photos + export'] + parts['start-up']) * load
     share = plan_lib.SEARCH_RUN_MAX_SHARE
     if cost <= share * training_left:

@@ -101,13 +101,14 @@ def test_the_change_is_the_plans_new_steps(plan):
         14 * budget.planned_evaluation_seconds(plan))
     assert dict(changed.seconds)['training'] == pytest.approx(1157 * 8 / 10.0)
     # What follows the run's length follows the new steps, as the plan sets it: a warm-up
-    # (and freeze) of 5% (57.85 -> 58; over one pass, 13 steps, and under a fifth), the EMA
-    # horizon half the run (1 - 2 / 1157), patience half the 13 evaluations.
-    assert (plan.warmup_steps, plan.ema_decay, plan.early_stop_patience) == (44, 0.99775, 5)
+    # (and freeze) of 5% (57.85 -> 58; over one pass, 13 steps, and under a fifth), patience
+    # half the 13 evaluations; automl's EMA, whose line says what it spans at the new end:
+    # 1 / (1 - 1158 / 1167) = 129.7 steps.
+    assert (plan.warmup_steps, plan.ema_decay, plan.early_stop_patience) == (44, 0.9998, 5)
     assert (changed.warmup_steps, changed.freeze_steps, changed.ema_decay,
-            changed.early_stop_patience) == (58, 58, 0.99827, 6)
+            changed.early_stop_patience) == (58, 58, 0.9998, 6)
     reasons = dict(changed.reasons)
-    assert reasons['EMA'].startswith('moving_average_decay 0.99827: a horizon of about 578')
+    assert reasons['EMA'].endswith('so at step 1157 it spans about the last 130 steps')
     assert reasons['freezing'].startswith('backbone frozen for the first 58 steps')
     assert reasons['early stop'] == 'after 6 evaluations in a row without a better AP'
 
@@ -333,11 +334,11 @@ def test_before_training_the_stages_measured_set_the_evaluations(plan, tmp_path)
     assert (corrected.evaluations, corrected.steps) == (5, 445)
     assert plan_file.planned_num_epochs(str(root / 'plan.yaml')) == 5
     # The keys that follow the steps, rewritten for 445: a warm-up of 22 steps (5%), in
-    # evaluations of 89, EMA 1 - 2 / 445, no early stop in 5 evaluations.
+    # evaluations of 89, automl's EMA decay, no early stop in 5 evaluations.
     with open(root / 'plan.yaml') as stream:
         recipe = yaml.safe_load(stream)
     assert (recipe['lr_warmup_epoch'], recipe['var_freeze_steps'], recipe['moving_average_decay'],
-            recipe['early_stop_patience']) == (plan_file.warmup_epochs(22, 89), 22, 0.99551, 0)
+            recipe['early_stop_patience']) == (plan_file.warmup_epochs(22, 89), 22, 0.9998, 0)
     with open(root / 'plan.json') as stream:
         assert json.load(stream)['steps'] == 445
     assert runner.said[0].startswith('  445 steps instead of 890: 8.3 min left')
@@ -354,6 +355,19 @@ def test_before_training_a_slow_data_stage_slows_the_rest(plan, tmp_path):
     assert dict(corrected.seconds)['training'] == pytest.approx(2 * 89 * 8 / 5.0)  # At that rate.
     assert ('2.0 times the estimate: the start-up, evaluations and export estimated as slow, '
             'the training rate as the table\'s 10.0 over 2.0') in runner.said[0]
+
+
+def test_before_training_a_fast_data_stage_does_not_speed_the_training(plan, tmp_path):
+    # The data stage took 20 s of the 36 planned (0.56): the start-up, the end and an
+    # evaluation are estimated as fast, but the training stays at the table's 10 images/s (a
+    # Xeon's faster stages came with slower training than the EPYC's table). At 20 images/s
+    # the 500 s would hold 11 intervals; at 10, 432.96 s over 72.68 s intervals: 6.
+    runner = _Runner(_written(plan, tmp_path), 20.0)
+    corrected = budget.before_training(runner, plan, time.time() + 500, None, 20.0)
+    assert corrected.images_per_second == 10.0 and corrected.evaluations == 6
+    assert ('0.6 times the estimate: the start-up, evaluations and export estimated as fast, '
+            'the training rate the table\'s (faster stages are not read as faster training)'
+            ) in runner.said[0]
 
 
 def test_before_training_a_rate_measured_in_model_dir_is_not_scaled(plan, tmp_path):

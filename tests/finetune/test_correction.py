@@ -98,7 +98,7 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     assert run_end.read(runner.layout.steps_file) == {
         'total_steps': cut.steps, 'warmup_steps': cut.warmup_steps,
         'moving_average_decay': cut.ema_decay}
-    assert cut.ema_decay != plan.ema_decay and cut.warmup_steps < plan.warmup_steps
+    assert cut.ema_decay == plan.ema_decay and cut.warmup_steps < plan.warmup_steps
     # plan.yaml says what now trains: a rerun resumes with it; patience stays main.py's.
     with open(runner.layout.plan_yaml) as stream:
         recipe = yaml.safe_load(stream)

@@ -14,6 +14,7 @@ from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import model_choice
 from efficientdet_hpu.finetune import plan as plan_lib
 from efficientdet_hpu.finetune import plan_file
+from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import sizing
 from efficientdet_hpu.finetune import stats
 from efficientdet_hpu.finetune.stats import Photo
@@ -76,14 +77,18 @@ def test_memory_estimate_scales_with_compute_and_pixels():
 def test_steps_from_the_data_without_a_budget():
     # 100 tiles, batch 8: 100 passes are ceil(100 x 100 / 8) = 1250 steps; 10 evaluations
     # every 125 steps; from random weights the warm-up is a quarter: max(one pass = 13,
-    # round(0.25 x 1250 = 312.5) = 312), at most 1250 // 4 = 312; EMA 1 - 2 / 1250 = 0.9984;
+    # round(0.25 x 1250 = 312.5) = 312), at most 1250 // 4 = 312; automl's EMA decay;
     # patience 10 // 2 = 5; the demo's rate for random weights.
     plan = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(), table=TABLE)
     assert (plan.tile_size, plan.train_images, plan.val_images) == (320, 100, 20)
     assert (plan.steps, plan.eval_interval, plan.evaluations) == (1250, 125, 10)
-    assert (plan.warmup_steps, plan.ema_decay, plan.early_stop_patience) == (312, 0.9984, 5)
+    assert (plan.warmup_steps, plan.ema_decay, plan.early_stop_patience) == (312, 0.9998, 5)
     assert plan.freeze_steps == 0  # Random weights: nothing to protect.
     assert dict(plan.schedule_keys)['learning_rate'] == 1.28
+    # automl's moving average counts its updates: at step 1250 its decay is 1251 / 1260, so it
+    # spans 1260 / 9 = 140 steps; the 0.9998 only rules past step 9 / 0.0002 - 10 = 44,990.
+    assert dict(plan.reasons)['EMA'].endswith('at step 1250 it spans about the last 140 steps')
+    assert (schedule.ema_span(44000), schedule.ema_span(60000)) == (4890, 5000)
 
 
 def test_the_budget_caps_the_steps():
@@ -91,12 +96,12 @@ def test_the_budget_caps_the_steps():
     # 20 + 20 = 36 s), the start-up 30, the whole photos and export (20 + 20 / 30 + 10 + 60 =
     # 90.67): 156.67 s; 10 evaluations of 2 + 20 / 30 = 2.67 s. 15 min leave 900 - 156.67 -
     # 26.67 = 716.67 s: 895 steps of 8. 10 evaluations every 89: 890 steps; warm-up
-    # max(one pass = 13, round(5% of 890 = 44.5) = 44) = 44; EMA 1 - 2 / 890 -> 0.99775.
+    # max(one pass = 13, round(5% of 890 = 44.5) = 44) = 44; automl's EMA decay 0.9998.
     weights = plan_lib.Weights('backbone', '/w/efficientnet-lite0.pth', 'efficientdet-lite0')
     plan = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=weights, max_minutes=15),
                               table=TABLE)
     assert (plan.steps, plan.eval_interval, plan.warmup_steps) == (890, 89, 44)
-    assert plan.ema_decay == 0.99775
+    assert plan.ema_decay == 0.9998
     assert plan.freeze_steps == 44  # ImageNet backbone: frozen during the warm-up.
     assert dict(plan.schedule_keys)['learning_rate'] == 0.08
     assert plan.total_seconds <= 15 * 60

@@ -332,6 +332,16 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
     assert runner.said[-1].endswith(
         "fitted as it starts to the 18.9 min left, the search's other runs done, at 16.0 "
         "images/s (the table's 24.0 over the stages' ratio 1.50)")
+    # Stages faster than the table's (0.75) shorten the estimates of the start-up and the end,
+    # not the training: the candidates keep the table's 24 images/s and the search its 161 s.
+    # 900 s less 161, the end's 68.75 and the start-up's 22.5 hold 8 intervals of 244 steps
+    # (81.3 s of training and an evaluation each), 1952 steps spread over 10 evaluations.
+    faster = dict(search._fitted(runner, named, 900.0, 0.75))
+    assert (faster['192px-random'].images_per_second, faster['192px-random'].steps) == (
+        24.0, 1950)
+    assert runner.said[-1].endswith(
+        "at 24.0 images/s (the table's 24.0; the stages' ratio 0.75 is not read as faster "
+        "training)")
 
 
 class _FakeMain:

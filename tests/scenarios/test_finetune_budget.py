@@ -118,7 +118,7 @@ def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
         plan = json.load(stream)
     # Moved at the first steps, and again after later evaluations where what fits changed.
     moves = re.findall(r'measured at step \d+: .*: (\d+) steps instead of (\d+): the run ends '
-                       r'there, its cosine and moving average following, without a restart',
+                       r'there, its warm-up and cosine following, without a restart',
                        result.stdout)
     assert moves, result.stdout[-5000:]
     # main.py's line for each move (training/steps_file.py); a move that reaches main.py past

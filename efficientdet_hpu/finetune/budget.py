@@ -178,12 +178,12 @@ def with_steps(plan, steps, why, interval=None):
     from efficientdet_hpu.finetune import schedule  # pylint: disable=import-outside-toplevel
     interval = interval or plan.eval_interval
     evaluations = -(-steps // interval)
-    warmup, ema, patience = schedule.horizon(
+    warmup, patience = schedule.horizon(
         steps, evaluations, plan.train_images, plan.global_batch,
         schedule.learning_rate(plan.weights.kind)[1])
     freeze = warmup if plan.freeze_steps else 0
     lines = {'steps': '%d steps of %d images: %s' % (steps, plan.global_batch, why),
-             'EMA': plan_reasons.ema_reason(steps),
+             'EMA': plan_reasons.ema_reason(steps, plan.ema_decay),
              'evaluation': plan_reasons.evaluation_reason(evaluations, interval,
                                                           plan.val_images),
              'freezing': plan_reasons.freezing_reason(freeze),
@@ -191,8 +191,7 @@ def with_steps(plan, steps, why, interval=None):
     reasons = tuple((topic, lines.get(topic, text)) for topic, text in plan.reasons)
     return dataclasses.replace(
         plan, steps=steps, eval_interval=interval, reasons=reasons, warmup_steps=warmup,
-        freeze_steps=freeze,
-        ema_decay=ema, early_stop_patience=patience, seconds=seconds_with(
+        freeze_steps=freeze, early_stop_patience=patience, seconds=seconds_with(
             plan, training=training_seconds(plan, steps),
             evaluations=planned_evaluation_seconds(plan) * evaluations))
 
@@ -234,9 +233,8 @@ def stages_load(plan, spent) -> float:
 
 def training_load(load) -> float:
     """The stages' ratio as the training's rate takes it: a slower start (> 1) slows the
-    training too (a busy machine, docs/dev/history.md); a faster one (< 1) is not read as
-    faster training: on a Xeon the stages ran at 0.73-0.86 of the EPYC table's time and its
-    training at 0.88-0.96 of the table's rate."""
+    training too (a busy machine); a faster one (< 1) is not read as faster training, the
+    stages and the training not speeding up alike across machines (docs/finetune.md)."""
     return max(1.0, load)
 
 

@@ -70,7 +70,11 @@ def _levels(request, scale, sides):
     if request.hparam('min_level') is not None or request.hparam('max_level') is not None:
         return [], ''
     top = RANDOM_START_LEVELS[1]
-    largest = scale * 2 ** top * 2 ** (2 / 3.0) * 2 ** 0.5
+    octaves = request.hparam('num_scales') or hparams_config.get_efficientdet_config(
+        RANDOM_START_MODEL).num_scales
+    # The top level's largest anchor (its last octave), which a square box up to sqrt(2)
+    # times its side still meets at IoU 0.5.
+    largest = scale * 2 ** top * 2 ** ((octaves - 1) / float(octaves)) * 2 ** 0.5
     side = stats_lib.percentile(sides, FIT_PERCENTILE)
     if side > largest:
         return [], ''
@@ -107,9 +111,7 @@ def random_start_network(request, model, anchors, sides=()) -> tuple:
         note = ('anchor_scale %s, configs/demo.yaml\'s, in place of the data doctor\'s %s: '
                 'from random weights a smaller scale reached more boxes and trained worse '
                 '(docs/finetune.md)' % (scale, advised))
-    elif scale == own:
+    else:  # No model's own anchor_scale is below RANDOM_START_MIN_ANCHOR_SCALE.
         why += '; anchor_scale %s, %s\'s, whose anchors the data doctor checked' % (scale, model)
-    else:
-        why += '; anchor_scale %s, configs/demo.yaml\'s, above %s\'s %s' % (scale, model, own)
     return RANDOM_START_MODEL, (tuple(keys), ''), why, tuple(
         item for item in anchors if item[0] != 'anchor_scale'), note

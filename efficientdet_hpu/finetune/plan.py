@@ -96,7 +96,7 @@ class Plan:
     eval_interval: int
     warmup_steps: int
     freeze_steps: int
-    ema_decay: float
+    ema_decay: float  # automl's, or --hparams' where it sets one.
     early_stop_patience: int
     max_instances: int
     anchors: Tuple[Tuple[str, object], ...]
@@ -370,7 +370,7 @@ def plan_at(data, request, table, hardware, model, sized, search, reasons, ancho
     global_batch = sized.global_batch
     rate_keys, warmup_share, rate_why = schedule_lib.learning_rate(request.weights.kind)
     model_keys, activation_why = network or model_choice.activation_keys(model, request)
-    steps, interval, warmup, ema, patience = schedule_lib.schedule_numbers(
+    steps, interval, warmup, patience = schedule_lib.schedule_numbers(
         sized.steps, sized.train_images, global_batch, warmup_share)
     (jitter_min, jitter_max), jitter_why = schedule_lib.jitter(
         sized.tile, sized.train_images, steps * global_batch / float(max(1, sized.train_images)))
@@ -378,9 +378,9 @@ def plan_at(data, request, table, hardware, model, sized, search, reasons, ancho
     search = dict(reasons).get('search')
     plan = Plan(model, request.weights, sized.size, sized.tile, sized.overlap,
                 sized.train_images, sized.val_images, sized.per_rank, sized.accumulation, steps,
-                interval, warmup, warmup if request.weights.kind == 'backbone' else 0, ema,
-                patience, max(100, stats_lib.most_boxes_per_image(data.train, sized.tile,
-                                                                   sized.overlap)),
+                interval, warmup, warmup if request.weights.kind == 'backbone' else 0,
+                float(request.hparam('moving_average_decay', schedule_lib.EMA_DECAY)), patience,
+                max(100, stats_lib.most_boxes_per_image(data.train, sized.tile, sized.overlap)),
                 anchors, sized.rate, schedule_lib.seconds(
                     table, sized.rate, sized.startup, global_batch, sized.train_images,
                     sized.val_images, steps, cost), (),

@@ -125,7 +125,6 @@ def _length_values(plan) -> dict:
               'cp_every_n_steps': plan.eval_interval,
               'log_every_n_steps': log_every(plan.eval_interval),
               'lr_warmup_epoch': warmup_epochs(plan.warmup_steps, plan.eval_interval),
-              'moving_average_decay': plan.ema_decay,
               'early_stop_patience': plan.early_stop_patience}
     if plan.freeze_steps:
         values['var_freeze_steps'] = plan.freeze_steps

@@ -29,10 +29,12 @@ def anchors_reason(anchors, not_taken):
     return '; '.join(part for part in (taken, not_taken) if part)
 
 
-def ema_reason(steps):
+def ema_reason(steps, decay):
+    """The `EMA` line for a run of `steps` whose moving_average_decay is `decay`."""
+    whose = 'automl\'s' if decay == schedule.EMA_DECAY else '--hparams\''
     return ('automl\'s moving average of the weights (what evaluation and export use): decay '
-            'min(%g, (1 + n) / (10 + n)) at step n, so at step %d it spans about the last %d '
-            'steps' % (schedule.EMA_DECAY, steps, schedule.ema_span(steps)))
+            'min(%g (%s), (1 + n) / (10 + n)) at step n, so at step %d it spans about the '
+            'last %d steps' % (decay, whose, steps, schedule.ema_span(steps, decay)))
 
 
 def freezing_reason(steps):
@@ -58,7 +60,7 @@ def schedule_reasons(plan, steps_why, rate_why, jitter_why, rate_source, mismatc
         ('schedule', rate_why + ' (%.4g at a batch of %d)' % (
             dict(plan.schedule_keys)['learning_rate'] * plan.global_batch / 64.0,
             plan.global_batch)),
-        ('EMA', ema_reason(plan.steps)),
+        ('EMA', ema_reason(plan.steps, plan.ema_decay)),
         ('augmentation', jitter_why),
         ('evaluation', evaluation_reason(plan.evaluations, plan.eval_interval,
                                          plan.val_images))]

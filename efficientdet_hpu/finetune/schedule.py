@@ -4,6 +4,8 @@ early stop, the learning rate and the augmentation. Pure: no TensorFlow, no file
 """
 import math
 
+from efficientdet_hpu.config import hparams_config
+
 PASSES = 100  # Passes over the training images (Ultralytics' 100 epochs; trees peaked at ~80).
 MIN_STEPS, MAX_STEPS = 300, 50000
 MIN_BUDGET_STEPS = 20
@@ -11,8 +13,8 @@ EVALUATIONS, MIN_EVAL_INTERVAL = 10, 50
 WARMUP_SHARE = 0.05  # make trees: 100 warm-up steps of 2000.
 # automl's moving average counts its updates: at step n its decay is min(EMA_DECAY,
 # (1 + n) / (10 + n)), so the count rules until step ~45,000 and a lower decay changes nothing
-# in a run shorter than 9 / (1 - decay) steps (docs/training.md).
-EMA_DECAY = 0.9998
+# in a run shorter than 9 / (1 - decay) steps (docs/training.md). The plan keeps automl's.
+EMA_DECAY = hparams_config.get_efficientdet_config().moving_average_decay
 # From pretrained weights: configs/trees-lite0.yaml (automl's fine-tune rate, per 64 images).
 # From random weights: configs/demo.yaml's measured from-scratch rate, 16 times higher, with a
 # quarter of the run as warm-up (docs/demo.md).
@@ -60,11 +62,10 @@ def fitting_steps(budget_seconds, fixed_seconds, rate, global_batch, evaluation_
 
 
 def schedule_numbers(steps, train_images, global_batch, warmup_share=WARMUP_SHARE) -> tuple:
-    """(steps, evaluation interval, warm-up steps, EMA decay, early-stop patience): up to
-    EVALUATIONS evaluations at least MIN_EVAL_INTERVAL steps apart, the steps a multiple of
-    the interval; warm-up `warmup_share` of the steps but at least one pass over the images
-    and at most a fifth of the steps (a quarter from random weights); automl's EMA decay;
-    patience half the evaluations."""
+    """(steps, evaluation interval, warm-up steps, early-stop patience): up to EVALUATIONS
+    evaluations at least MIN_EVAL_INTERVAL steps apart, the steps a multiple of the interval;
+    warm-up `warmup_share` of the steps but at least one pass over the images and at most a
+    fifth of the steps (a quarter from random weights); patience half the evaluations."""
     evaluations = evaluations_for(steps)
     interval = max(1, steps // evaluations)
     steps = interval * evaluations
@@ -73,13 +74,13 @@ def schedule_numbers(steps, train_images, global_batch, warmup_share=WARMUP_SHAR
 
 
 def horizon(steps, evaluations, train_images, global_batch, warmup_share=WARMUP_SHARE) -> tuple:
-    """(warm-up steps, EMA decay, early-stop patience) of a run of `steps` in `evaluations`:
+    """(warm-up steps, early-stop patience) of a run of `steps` in `evaluations`:
     what follows the run's length, so a budget that changes the steps changes them too."""
     one_pass = int(math.ceil(train_images / float(global_batch)))
     cap = max(1, steps // 4 if warmup_share > 0.2 else steps // 5)
     warmup = min(max(one_pass, int(round(warmup_share * steps))), cap)
     patience = evaluations // 2 if evaluations >= 6 else 0
-    return warmup, EMA_DECAY, patience
+    return warmup, patience
 
 
 def ema_span(steps, decay=EMA_DECAY) -> int:

@@ -97,11 +97,11 @@ def _read(path):
 def fold_recipe(finetune_yaml, plan, steps, train_images, patterns, max_instances) -> dict:
     """The fine-tune's recipe (plan.yaml: model, anchors, schedule, the user's --hparams) made
     a fold's: `steps` steps on `patterns` (comma-joined), no evaluation, and the schedule's
-    step counts (warm-up, freeze, EMA) redone for those steps, as finetune/plan.py does."""
+    step counts (warm-up, freeze) redone for those steps, as finetune/plan.py does."""
     with open(finetune_yaml, encoding='utf-8') as stream:
         content = yaml.safe_load(stream)
     _, warmup_share, _ = schedule.learning_rate(plan.weights.kind)
-    steps, interval, warmup, ema, _ = schedule.schedule_numbers(
+    steps, interval, warmup, _ = schedule.schedule_numbers(
         steps, train_images, plan.global_batch, warmup_share)
     for key in ('validation_file_pattern', 'val_json_file', 'eval_after_training'):
         content.pop(key, None)
@@ -111,7 +111,7 @@ def fold_recipe(finetune_yaml, plan, steps, train_images, patterns, max_instance
                    log_every_n_steps=max(1, min(50, interval // 2)),
                    keep_checkpoint_max=FOLD_KEEP_CHECKPOINTS, early_stop_patience=0,
                    lr_warmup_epoch=plan_file.warmup_epochs(warmup, interval),
-                   moving_average_decay=ema, max_instances_per_image=max_instances)
+                   max_instances_per_image=max_instances)
     if 'var_freeze_steps' in content:
         content['var_freeze_steps'] = warmup
     return content

@@ -91,6 +91,20 @@ def test_steps_from_the_data_without_a_budget():
     assert (schedule.ema_span(44000), schedule.ema_span(60000)) == (4890, 5000)
 
 
+def test_the_ema_line_names_a_decay_set_by_hparams():
+    # --hparams=moving_average_decay=0.9 is what main.py averages with: 1 / (1 - 0.9) = 10
+    # steps from step 80 on, where 0.9 falls below the count (1 + n) / (10 + n).
+    request = plan_lib.Request(hparams=(('moving_average_decay', 0.9),))
+    plan = plan_lib.make_plan(ORTHO, ROOMY, request, table=TABLE)
+    assert plan.ema_decay == 0.9
+    assert dict(plan.reasons)['EMA'].startswith(
+        'automl\'s moving average of the weights (what evaluation and export use): decay '
+        'min(0.9 (--hparams\'), (1 + n) / (10 + n))')
+    assert dict(plan.reasons)['EMA'].endswith('at step 1250 it spans about the last 10 steps')
+    assert '(0.9998 (automl\'s)' in dict(plan_lib.make_plan(
+        ORTHO, ROOMY, plan_lib.Request(), table=TABLE).reasons)['EMA']
+
+
 def test_the_budget_caps_the_steps():
     # TABLE: Lite0 at 320 trains 10 images/s. Besides training: the data (2 x 5 + (100 + 20) /
     # 20 + 20 = 36 s), the start-up 30, the whole photos and export (20 + 20 / 30 + 10 + 60 =

@@ -89,6 +89,13 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
         network = model_choice.random_start_network(wide, 'efficientdet-lite0',
                                                     (('anchor_scale', 1.5),), sides)[1][0]
         assert ('max_level' in dict(network)) == levels
+    # One octave (--hparams num_scales=1): level 5's largest anchor at 2.0 is 64 px, reaching
+    # 90.5 px, so boxes of 80 px keep levels 3-5 and boxes of 100 px D0's 3-7.
+    one = plan_lib.Request(weights=plan_lib.Weights(), hparams=(('num_scales', 1),))
+    for side, levels in ((80.0, True), (100.0, False)):
+        network = model_choice.random_start_network(one, 'efficientdet-lite0',
+                                                    (('anchor_scale', 1.5),), [side] * 100)[1][0]
+        assert ('max_level' in dict(network)) == levels
     assert dict(other.reasons)['model'].startswith(
         "efficientdet-d0 with configs/demo.yaml's narrower BiFPN and heads (fpn_num_filters=48")
     assert dict(other.reasons)['model'].endswith(

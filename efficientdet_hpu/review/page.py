@@ -70,7 +70,7 @@ def _boxes(issue, photo, confident):
 
 def reason(issue) -> str:
     if issue.kind == 'overlooked':
-        return 'no label here; the model sees a %s' % issue.class_name
+        return 'no label covers it; the model sees a %s' % issue.class_name
     if issue.kind == 'swap':
         return 'labelled %s; the model sees a %s' % (issue.class_name,
                                                       issue.suggested_class or 'other class')

@@ -87,6 +87,7 @@ def finish(runner, layout, review, record, threshold, trained) -> dict:
                    ((c['id'], c['name']) for c in categories)}
     atomic_file.write_json_atomically(layout.scores_json, {
         'calibration': {'score_at_0.5': points[0], 'score_at_0.95': points[1]},
+        'overlooked_cover_iou': scores_lib.COVER_IOU,
         'photos': [{'file_name': p['file_name'], 'fold': p['fold'], **r}
                    for p, r in zip(photos, results)]}, indent=None)
     rank = scores_lib.cleanlab_rank()

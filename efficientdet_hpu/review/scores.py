@@ -7,10 +7,17 @@ class indices}; predictions a list over the classes of (M, 5) [x1, y1, x2, y2, p
 Class index k is the k-th category by id. Crowd annotations are not labels here.
 
 Scores, each in [0, 1], low = likely wrong (cleanlab's):
-  overlooked  per prediction: a confident prediction no label overlaps (NaN: not a candidate)
+  overlooked  per prediction: a confident prediction no label covers (NaN: not a candidate)
   swap        per label: a confident prediction of another class where the label is
   badloc      per label: the label's box against the plausible predictions of its class
-  image       per photo: the three pooled (rank.get_label_quality_scores)
+  image       per photo: the three pooled as rank.get_label_quality_scores pools them
+
+Covering. cleanlab's overlooked rule takes a confident prediction as a candidate only where no
+label overlaps it at all (rank._compute_overlooked_box_scores_for_image: any IoU above 0), so
+an object touching a labelled neighbour is never a candidate; in crowded sets most are
+(docs/review.md). Here a label covers a prediction from an IoU of COVER_IOU: neighbours touch
+below it, while a shifted label (IoU 0.4-0.6 with its object) and a swapped one's own object
+stay above it. cleanlab's score of a candidate is unchanged; COVER_IOU = 0 is cleanlab's rule.
 
 Probabilities. cleanlab's thresholds (a prediction is confident above 0.95, plausible above
 0.5) assume calibrated class probabilities, as a softmax detector's; EfficientDet's scores are
@@ -22,6 +29,8 @@ detections that match a label lie becomes 0.95, the one above which PLAUSIBLE_SH
 (linear between). The order of the scores is kept; only which predictions pass cleanlab's
 thresholds changes.
 """
+import contextlib
+
 import numpy as np
 
 from efficientdet_hpu.core.errors import UserError
@@ -34,6 +43,7 @@ CLEANLAB_VERSION = '2.9.0'
 CONFIDENT_SHARE = 0.9
 PLAUSIBLE_SHARE = 0.95
 MATCH_IOU = 0.5
+COVER_IOU = 0.2
 KINDS = ('overlooked', 'swap', 'badloc')
 
 
@@ -49,7 +59,9 @@ def cleanlab_rank():
     except ImportError as error:
         raise MissingCleanlab('the label review needs cleanlab %s (%s): %s'
                               % (CLEANLAB_VERSION, error, INSTALL)) from None
-    if not hasattr(rank, '_get_valid_inputs_for_compute_scores'):
+    if not all(hasattr(rank, name) for name in (
+            '_get_valid_inputs_for_compute_scores', '_get_overlap_matrix',
+            '_get_aggregation_weights')):
         raise MissingCleanlab('cleanlab %s is installed; the label review is written for %s: '
                               '%s' % (cleanlab.__version__, CLEANLAB_VERSION, INSTALL))
     return rank
@@ -164,20 +176,51 @@ def _overlooked_rows(aux, overlooked):
             for index, value in enumerate(overlooked) if not np.isnan(value)]
 
 
-def score(labels, predictions) -> list:
+@contextlib.contextmanager
+def _covering_from(rank, iou):
+    """cleanlab's overlooked rule with a label covering a prediction only from `iou`: the
+    overlap matrix that rule alone computes anew (the others read auxiliary_inputs') is cut
+    below `iou` while it runs."""
+    overlap = rank._get_overlap_matrix  # pylint: disable=protected-access
+    if iou > 0:
+        def cut(boxes, others):
+            matrix = overlap(boxes, others)
+            return np.where(matrix >= iou, matrix, 0.0)
+        rank._get_overlap_matrix = cut
+    try:
+        yield
+    finally:
+        rank._get_overlap_matrix = overlap
+
+
+def image_scores(rank, overlooked, swap, badloc) -> np.ndarray:
+    """cleanlab's label quality of each photo from its box scores, pooled as
+    rank._get_subtype_label_quality_scores pools them: each kind by its softmin, then their
+    weighted geometric mean (tests/review: equal to rank.get_label_quality_scores)."""
+    weights = rank._get_aggregation_weights(None)  # pylint: disable=protected-access
+    total = 0.0
+    for kind, boxes in (('overlooked', overlooked), ('swap', swap), ('badloc', badloc)):
+        pooled = rank.pool_box_scores_per_image(boxes, temperature=rank.TEMPERATURE)
+        total = total + weights[kind] * np.log(rank.TINY_VALUE + pooled)
+    return np.exp(total)
+
+
+def score(labels, predictions, cover_iou=COVER_IOU) -> list:
     """cleanlab's scores of every photo: [{'labels': [{'swap', 'badloc', 'suggested_class',
     'swap_box', 'badloc_box'}] in the order of labels[i], 'overlooked': [{'score', 'class',
-    'box', 'probability'}], 'image': score}]; boxes [x1, y1, x2, y2] pixels."""
+    'box', 'probability'}], 'image': score}]; boxes [x1, y1, x2, y2] pixels; a label covers a
+    prediction from an IoU of `cover_iou` (0: cleanlab's any overlap)."""
     rank = cleanlab_rank()
     if not labels:
         return []
     # The similarity matrices once for the three box scores (their auxiliary_inputs).
     aux = rank._get_valid_inputs_for_compute_scores(  # pylint: disable=protected-access
         rank.ALPHA, labels, predictions)
-    overlooked = rank.compute_overlooked_box_scores(auxiliary_inputs=aux)
+    with _covering_from(rank, cover_iou):
+        overlooked = rank.compute_overlooked_box_scores(auxiliary_inputs=aux)
     swap = rank.compute_swap_box_scores(auxiliary_inputs=aux)
     badloc = rank.compute_badloc_box_scores(auxiliary_inputs=aux)
-    images = rank.get_label_quality_scores(labels, predictions, verbose=False)
+    images = image_scores(rank, overlooked, swap, badloc)
     return [{'labels': _label_rows(rank, aux[i], swap[i], badloc[i]),
              'overlooked': _overlooked_rows(aux[i], overlooked[i]), 'image': float(images[i])}
             for i in range(len(labels))]

@@ -16,6 +16,7 @@ from cli_runs import run_python, TINY_HPARAMS
 from efficientdet_hpu.data import tfrecord_format
 from efficientdet_hpu.data.dataloader import list_record_files
 from efficientdet_hpu.review import issues
+from efficientdet_hpu.review import scores as scores_lib
 
 SIZE, SIDE, PHOTOS = (480, 360), 16, 5
 NAMES = ('red', 'blue')
@@ -122,6 +123,9 @@ def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(ru
     assert 'nms_configs.class_agnostic=true' in command
     summary = _json(os.path.join(out, 'review', 'summary.json'))
     assert (summary['photos'], summary['labels'], summary['folds']) == (PHOTOS, 15, 2)
+    scored = _json(os.path.join(out, 'review', 'scores.json'))
+    assert scored['overlooked_cover_iou'] == scores_lib.COVER_IOU
+    assert len(scored['photos']) == PHOTOS
     with open(summary['issues_csv']) as stream:
         assert stream.readline().strip() == ','.join(issues.COLUMNS)
     coco = COCO(summary['coco_json'])

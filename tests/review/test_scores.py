@@ -71,7 +71,7 @@ def _case():
 
 def test_the_scores_are_cleanlabs_own():
     labels, predictions = _case()
-    results = scores_lib.score(labels, predictions)
+    results = scores_lib.score(labels, predictions, cover_iou=0.0)  # cleanlab's rule.
     for kind, function in (('swap', rank.compute_swap_box_scores),
                            ('badloc', rank.compute_badloc_box_scores)):
         referee = function(labels=labels, predictions=predictions)
@@ -96,3 +96,27 @@ def test_each_kind_names_the_label_and_the_models_box():
     (missing,) = first['overlooked']
     assert missing['class'] == 1 and missing['box'] == [300, 300, 340, 340]
     assert first['image'] < scores_lib.score(labels, predictions)[1]['image']
+
+
+def test_a_label_covers_a_prediction_from_cover_iou():
+    """A confident dog touching a labelled dog by IoU 0.026 is a candidate for `overlooked`
+    with a cover IoU of 0.2, not under cleanlab's rule (any overlap); a confident cat on the
+    labelled cat by IoU 0.6 is not; the candidate's score is cleanlab's, its similarity to the
+    closest labelled dog, and cleanlab's own function keeps its rule once scored."""
+    labels = [{'bboxes': np.array([[0, 0, 40, 40], [100, 0, 140, 40]], np.float64),
+               'labels': np.array([1, 0])}]
+    touching = [38, 0, 78, 40]  # IoU with the dog 2 x 40 / (3,200 - 80) = 0.026.
+    shifted = [90, 0, 130, 40]  # IoU 30 x 40 / (3,200 - 1,200) = 0.6 with the cat.
+    predictions = [[np.array([shifted + [0.99]]), np.array([touching + [0.99]])]]
+    (cleanlabs,) = scores_lib.score(labels, predictions, cover_iou=0.0)
+    assert cleanlabs['overlooked'] == []
+    (relaxed,) = scores_lib.score(labels, predictions, cover_iou=0.2)
+    (row,) = relaxed['overlooked']
+    assert row['box'] == touching and row['class'] == 1
+    aux = rank._get_valid_inputs_for_compute_scores(rank.ALPHA, labels, predictions)[0]
+    dog_prediction = int(np.where(aux['pred_labels'] == 1)[0][0])
+    assert row['score'] == pytest.approx(aux['similarity_matrix'][0, dog_prediction])
+    assert rank.compute_overlooked_box_scores(labels=labels, predictions=predictions)[0] \
+        == pytest.approx([np.nan, np.nan], nan_ok=True)
+    # The photo's score pools the new candidate: lower than under cleanlab's rule.
+    assert relaxed['image'] < cleanlabs['image']

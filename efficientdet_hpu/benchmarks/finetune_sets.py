@@ -18,6 +18,7 @@ from typing import Callable
 
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError
+from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import processes
 from efficientdet_hpu.datatools import synthetic_coco
 
@@ -41,14 +42,16 @@ class DataSet:
 
 
 def _synthetic(directory, num_train, num_val, num_classes, look, seed):
+    """The generated set's paths; generated.json, written once it is complete, holds them
+    relative to `directory`, so a work folder copied or moved reads its own files."""
     done = os.path.join(directory, 'generated.json')
     if not os.path.exists(done):
         paths = synthetic_coco.generate(directory, num_train, num_val, seed=seed,
                                         num_classes=num_classes, look=look)
-        with open(done, 'w') as stream:
-            json.dump(paths, stream)
+        atomic_file.write_json_atomically(done, {key: os.path.relpath(path, directory)
+                                                 for key, path in paths.items()})
     with open(done) as stream:
-        return json.load(stream)
+        return {key: os.path.join(directory, path) for key, path in json.load(stream).items()}
 
 
 def _coco(path):
@@ -63,6 +66,12 @@ def _result(paths, **flags):
                 val_images=len(_coco(paths['val_annotations'])['images']))
 
 
+def _link(target, link):
+    """A relative symlink, so that a work folder copied or moved links to its own photos."""
+    if not os.path.lexists(link):
+        os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
+
+
 def write_voc(coco, image_dir, folder):
     """Pascal VOC: an XML beside each photo (a link) in `folder`."""
     os.makedirs(folder, exist_ok=True)
@@ -72,8 +81,7 @@ def write_voc(coco, image_dir, folder):
         boxes[annotation['image_id']].append(annotation)
     for image in coco['images']:
         link = os.path.join(folder, image['file_name'])
-        if not os.path.lexists(link):
-            os.symlink(os.path.abspath(os.path.join(image_dir, image['file_name'])), link)
+        _link(os.path.join(image_dir, image['file_name']), link)
         objects = ''.join(
             '<object><name>%s</name><bndbox><xmin>%d</xmin><ymin>%d</ymin><xmax>%d</xmax>'
             '<ymax>%d</ymax></bndbox></object>' % (
@@ -96,9 +104,8 @@ def write_yolo(coco, image_dir, folder, split):
     for a in coco['annotations']:
         lines[a['image_id']].append(a)
     for image in coco['images']:
-        link = os.path.join(folder, 'images', split, image['file_name'])
-        if not os.path.lexists(link):
-            os.symlink(os.path.abspath(os.path.join(image_dir, image['file_name'])), link)
+        _link(os.path.join(image_dir, image['file_name']),
+              os.path.join(folder, 'images', split, image['file_name']))
         width, height = float(image['width']), float(image['height'])
         with open(os.path.join(folder, 'labels', split,
                                os.path.splitext(image['file_name'])[0] + '.txt'), 'w') as stream:
@@ -116,9 +123,8 @@ def coco_folder(coco_path, image_dir, folder):
         os.makedirs(folder, exist_ok=True)
         coco = _coco(coco_path)
         for image in coco['images']:
-            link = os.path.join(folder, image['file_name'])
-            if not os.path.lexists(link):
-                os.symlink(os.path.join(image_dir, image['file_name']), link)
+            _link(os.path.join(image_dir, image['file_name']),
+                  os.path.join(folder, image['file_name']))
         with open(os.path.join(folder, 'instances.json'), 'w') as stream:
             json.dump(coco, stream)
     return folder
@@ -147,9 +153,8 @@ def _aerial(directory, quick):
         train, val = _coco(paths['train_annotations']), _coco(paths['val_annotations'])
         for coco, image_dir in ((train, paths['train_image_dir']), (val, paths['val_image_dir'])):
             for image in coco['images']:
-                link = os.path.join(merged, image['file_name'])
-                if not os.path.lexists(link):
-                    os.symlink(os.path.join(image_dir, image['file_name']), link)
+                _link(os.path.join(image_dir, image['file_name']),
+                      os.path.join(merged, image['file_name']))
         with open(os.path.join(merged, 'instances.json'), 'w') as stream:
             json.dump(dict(train, images=train['images'] + val['images'],
                            annotations=train['annotations'] + [
@@ -170,8 +175,9 @@ def _classes_20(directory, quick):
                            'train')
         write_yolo(_coco(paths['val_annotations']), paths['val_image_dir'], yolo, 'val')
         with open(os.path.join(yolo, 'data.yaml'), 'w') as stream:
-            stream.write('path: %s\ntrain: images/train\nval: images/val\nnames: [%s]\n' % (
-                yolo, ', '.join(names)))
+            # No `path`: the folder of data.yaml is the root (Ultralytics' rule too).
+            stream.write('train: images/train\nval: images/val\nnames: [%s]\n' % (
+                ', '.join(names)))
     return _result(paths, data=yolo)
 
 

@@ -39,6 +39,24 @@ def test_voc_and_yolo_written_read_back_as_the_same_boxes(shapes):
         assert all(max(abs(g - w) for g, w in zip(a, b)) <= 1 for a, b in zip(got, want))
 
 
+def test_a_generated_set_moved_with_its_work_folder_reads_the_moved_files(tmp_path):
+    """A rerun reuses a work folder, copied or moved: generated.json names the set's files
+    and the folders' links point at photos inside it, not where it was first made."""
+    first = tmp_path / 'first'
+    made = finetune_sets._synthetic(str(first), 3, 2, 2, synthetic_coco.Look(), 1)
+    assert all(os.path.exists(path) for path in made.values())
+    finetune_sets.coco_folder(made['val_annotations'], made['val_image_dir'],
+                              str(first / 'val_data'))
+    os.rename(first, tmp_path / 'moved')
+    links = [entry for entry in (tmp_path / 'moved' / 'val_data').iterdir() if entry.is_symlink()]
+    assert len(links) == 2 and all(entry.exists() for entry in links)  # Followed in the move.
+    moved = finetune_sets._synthetic(str(tmp_path / 'moved'), 3, 2, 2, synthetic_coco.Look(), 1)
+    assert set(moved) == set(made)
+    for key, path in moved.items():
+        assert path == made[key].replace(str(first), str(tmp_path / 'moved'))
+        assert os.path.exists(path)
+
+
 def test_a_coco_folder_holds_links_and_one_json(shapes):
     _, paths, root = shapes
     folder = finetune_sets.coco_folder(paths['val_annotations'], paths['val_image_dir'],

@@ -66,6 +66,8 @@ def train_until(run, max_steps, clock=None, evaluation=None, epoch=False):
         train_hooks += [saver] if saver is not None else []
         if eval_hook is not None:  # After the saver and the stop and log hooks.
             train_hooks.append(eval_hook)
+            train_hooks += [hook.settle_hook() for hook in train_hooks
+                            if isinstance(hook, steps_file.StepsFileHook)]
         # Only rank 0 has a CheckpointSaverHook, whose saves the listener checks.
         listeners = ([hooks.FiniteWeightsListener(run.options.model_dir)]
                      if distributed.is_main() else None)

@@ -52,13 +52,24 @@ def move_in_place(runner, plan, decision):
     return corrected
 
 
-def as_reached(runner, plan, step):
+def as_reached(runner, plan, step, before=None):
     """The plan with the step main.py ended at, where a move in place asked for a step it had
-    already passed (training/steps_file.py then ends at the step reached, and says so):
-    plan.json and plan.yaml rewritten to it, so that they say what was trained and a rerun of
-    plan.yaml ends there too. Returns the plan, unchanged where `step` is not past its end."""
-    if step is None or step <= plan.steps:
+    already passed (training/steps_file.py then ends at the step reached, and says so), or,
+    given `before` (the plan main.py trained before the move), where the move came once
+    main.py had ended at before's end: plan.json and plan.yaml rewritten to it, so that they
+    say what was trained and a rerun of plan.yaml ends there too. Returns the plan, unchanged
+    where `step` is neither."""
+    if step is None or step == plan.steps:
         return plan
+    if step < plan.steps:
+        if before is None or step != before.steps:
+            return plan
+        text = '; main.py ended at step %d before the move to %d reached it' % (step, plan.steps)
+        reached = dataclasses.replace(before, reasons=tuple(
+            (topic, value + text if topic == 'steps' else value)
+            for topic, value in before.reasons))
+        budget.rewrite(runner.layout.plan_yaml, runner.layout.plan_json, reached, was=plan)
+        return reached
     reasons = tuple((topic, text if topic != 'steps' else
                      '%s; main.py ended at step %d, the move to %d having reached it after that '
                      'step' % (text, step, plan.steps)) for topic, text in plan.reasons)

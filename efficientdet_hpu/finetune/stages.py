@@ -141,10 +141,14 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
     if os.path.exists(layout.steps_file):  # An earlier run's: its plan.yaml holds its steps.
         os.remove(layout.steps_file)
 
+    trained = []  # The plan main.py trained before each move in place.
+
     def move(decision, current):
         if probe.moved is None and last is not None and last.chosen is not None:
             current = last.chosen  # The search's winner, trained in place.
-        return correction.move_in_place(runner, current, decision)
+        moved = correction.move_in_place(runner, current, decision)
+        trained.extend([current] if moved is not None else [])
+        return moved
     probe = (None if deadline is None else
              probe_lib.RateProbe(plan, layout.model_dir, deadline,
                                  rerun.latest_step(layout.model_dir), say=runner.say, move=move))
@@ -173,21 +177,25 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
                 'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
                 echo=True, stop_after=stop_after)
     return training_ended(runner, plan, stopped, (time.monotonic() - start) / 60.0,
-                          moved=probe is not None and probe.moved is not None)
+                          before=trained[-1] if probe is not None and probe.moved else None)
 
 
-def training_ended(runner, plan, stopped, minutes, moved):
-    """training.json for a main.py that ended (`stopped` by the time budget or not; `moved`:
-    its end moved in place), and plan.json and plan.yaml at the step it ended at where a move
-    reached it past the step asked (correction.as_reached). Returns the record."""
+def training_ended(runner, plan, stopped, minutes, before=None):
+    """training.json for a main.py that ended (`stopped` by the time budget or not; `before`:
+    the plan it trained before its end last moved in place, None where none moved), and
+    plan.json and plan.yaml at the step it ended at where the last move reached it past the
+    step asked or after it ended (correction.as_reached). Returns the record."""
     layout = runner.layout
     record = training_record(layout.model_dir, stopped, minutes, last_step(layout))
     if record['step'] is None:
         raise UserError('training wrote no checkpoint before the time budget ended; give a '
                         'larger --max_minutes (the plan needs about %s)' % plan_file.minutes(
                             plan.total_seconds))
-    if moved and record['ended'] == 'completed':
-        correction.as_reached(runner, plan, record['step'])
+    if before is not None and record['ended'] == 'completed':
+        reached = correction.as_reached(runner, plan, record['step'], before)
+        if reached.steps < plan.steps:
+            runner.say('  main.py ended at step %d before the move to %d reached it: plan.yaml '
+                       'holds %d' % (reached.steps, plan.steps, reached.steps))
     atomic_file.write_json_atomically(layout.training_json, record)
     runner.say('  training %s at step %s' % (record['ended'], record['step']))
     return record

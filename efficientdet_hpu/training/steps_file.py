@@ -9,7 +9,10 @@ epochs up to N (`on_move`), as a run planned so from the start would go on from 
 as a restart with that plan would, without the restart's start-up. The frozen backbone's steps
 are not moved (the writer moves the end once they are over).
 
-N at a step already passed is clamped to the next step, and said. A train() call that stops
+N at a step already passed is clamped to the next step, and said. Where the call evaluates at
+its last step (train_and_eval), the file is read again once that evaluation is over
+(`settle_hook`), so an end moved later while the run evaluated its last step still moves it.
+A train() call that stops
 before the run's end (an epoch of train_by_epochs) stops at N only when N comes sooner. One
 process only (main.py refuses the flag with more ranks: the ranks would read the file at
 different steps). The values live in local variables (not in checkpoints): a resumed run
@@ -54,25 +57,40 @@ class StepsFileHook(tf1.train.SessionRunHook):
         self._end = stop_step if planned_end is None else planned_end  # The variables' value.
         self._call_stop = stop_step if epoch else None
         self._seen = None
+        self._settles, self._step = False, None
 
     def begin(self):
         variables = {v.op.name.split('/')[-1]: v for v in tf1.get_collection(COLLECTION)}
-        self._step = tf1.train.get_global_step()
+        self._global_step = tf1.train.get_global_step()
         self._feeds = {name: tf1.placeholder(tf.float32, (), name='steps_file_' + name)
                        for name in variables}
         self._assign = {name: variables[name].assign(self._feeds[name]) for name in variables}
 
     def after_create_session(self, session, coord):
         del coord
-        self._apply(session, session.run(self._step))  # A file written before the start.
+        self._apply(session, session.run(self._global_step))  # Written before the start.
 
     def before_run(self, run_context):
-        return tf1.train.SessionRunArgs(self._step)
+        return tf1.train.SessionRunArgs(self._global_step)
 
     def after_run(self, run_context, run_values):
         step = int(run_values.results) + 1  # The value fetched is from before the update.
         self._apply(run_context.session, step)
-        if step >= self._stop_step:
+        self._step = step
+        if step >= self._stop_step and not self._settles:
+            run_context.request_stop()
+
+    def settle_hook(self):
+        """A hook to place after the hooks that evaluate at the stop step: the file read again
+        there, and the call stopped only then (this hook no longer stops it itself)."""
+        self._settles = True
+        return _SettleHook(self)
+
+    def settle(self, run_context):
+        """After the stop step's evaluation: the file's end, if it moved meanwhile, followed;
+        the call stopped where the step is still the end."""
+        self._apply(run_context.session, self._step)
+        if self._step >= self._stop_step:
             run_context.request_stop()
 
     def _apply(self, session, step):
@@ -105,3 +123,14 @@ class StepsFileHook(tf1.train.SessionRunHook):
         self._stop_step = end if self._call_stop is None else min(end, self._call_stop)
         if self._on_move is not None:
             self._on_move(end, self._stop_step)
+
+
+class _SettleHook(tf1.train.SessionRunHook):
+    """StepsFileHook.settle after each step, from its place after the evaluation's hook."""
+
+    def __init__(self, steps_hook):
+        self._steps_hook = steps_hook
+
+    def after_run(self, run_context, run_values):
+        del run_values
+        self._steps_hook.settle(run_context)

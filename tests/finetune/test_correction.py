@@ -154,13 +154,48 @@ def test_training_that_ended_past_a_moved_end_is_recorded_at_the_step_reached(pl
     def ended(step, stopped):
         with open(checkpoint, 'w') as stream:
             stream.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
-        record = stages.training_ended(runner, cut, stopped, 4.0, moved=True)
+        record = stages.training_ended(runner, cut, stopped, 4.0, before=plan)
         with open(runner.layout.plan_json) as stream:
             return record['ended'], record['step'], json.load(stream)['steps']
     assert ended(650, True) == ('stopped at the time budget', 650, 695)
     assert ended(701, True) == ('completed', 701, 701)
     with open(runner.layout.training_json) as stream:
         assert json.load(stream)['step'] == 701
+
+
+def test_a_move_later_that_came_once_main_py_had_ended_leaves_the_plan_it_trained(plan,
+                                                                                   tmp_path):
+    """A move later written while main.py made its last exit (after its last evaluation read
+    the file): main.py completed at the end before the move; plan.json and plan.yaml go back
+    to the plan it trained, their warm-up with it, the reason and a line saying so."""
+    from efficientdet_hpu.finetune import stages  # pylint: disable=import-outside-toplevel
+    runner = Runner(tmp_path, plan)
+    said = []
+    runner.say = said.append
+    os.makedirs(runner.layout.model_dir)
+    cut = correction.move_in_place(runner, plan, {'end': 695, 'step': 650, 'rate': 8.0,
+                                                  'startup': 30.0})
+    with open(runner.layout.plan_yaml) as stream:
+        trained = yaml.safe_load(stream)
+    later = correction.move_in_place(runner, cut, {'end': 760, 'step': 690, 'rate': 9.0,
+                                                   'startup': 30.0})
+    assert later.steps == 760 and later.warmup_steps != cut.warmup_steps
+    with open(os.path.join(runner.layout.model_dir, 'checkpoint'), 'w') as stream:
+        stream.write('model_checkpoint_path: "model.ckpt-695"\n')
+    record = stages.training_ended(runner, later, False, 4.0, before=cut)
+    assert (record['ended'], record['step']) == ('completed', 695)
+    with open(runner.layout.plan_json) as stream:
+        written = json.load(stream)
+    assert written['steps'] == 695 and written['warmup_steps'] == cut.warmup_steps
+    assert dict(written['reasons'])['steps'].endswith(
+        '; main.py ended at step 695 before the move to 760 reached it')
+    with open(runner.layout.plan_yaml) as stream:
+        assert yaml.safe_load(stream) == trained
+    assert ('  main.py ended at step 695 before the move to 760 reached it: plan.yaml holds 695'
+            in said)
+    # Without the plan before, or at another step, nothing is rewritten.
+    assert correction.as_reached(runner, later, 695) is later
+    assert correction.as_reached(runner, later, 700, cut) is later
 
 
 def test_more_steps_fit_the_end_moves_later_in_place(plan, tmp_path):

@@ -124,10 +124,17 @@ def test_a_cost_table_twice_too_fast_is_corrected_without_a_restart(tmp_path):
     # main.py's line for each move (training/steps_file.py); a move that reaches main.py past
     # its step (asked at the last records, main.py a few steps on) ends at the step reached,
     # said, and that is where training ended and what plan.json and plan.yaml say.
+    # A move later written as main.py made its exit (after the file's last read) leaves it at
+    # the end before, said by the fine-tune (stages.training_ended).
     ends = []
-    for asked, was in moves:
+    for index, (asked, was) in enumerate(moves):
         told = re.search(r'the run now ends at step (\d+) \(was %s\)( \(asked %s: a step '
                          r'already reached\))?' % (was, asked), result.stdout)
+        if told is None and index == len(moves) - 1 and (
+                'main.py ended at step %s before the move to %s reached it' % (was, asked)
+                in result.stdout):
+            ends.append(int(was))
+            continue
         assert told, (asked, was, result.stdout[-5000:])
         ends.append(int(told.group(1)))
         assert ends[-1] == int(asked) or (told.group(2) and ends[-1] > int(asked)), told.group(0)

@@ -132,3 +132,30 @@ def test_a_file_written_mid_run_moves_the_end_later_then_sooner(tiny_dataset, tm
     assert records[-1]['learning_rate'] == pytest.approx(
         peak * 0.5 * (1 + math.cos(math.pi * (end - 3) / (end - 2))), rel=0.02)
     assert records[-1]['total_steps'] == end
+
+
+def test_an_end_moved_later_during_the_last_evaluation_trains_on(tiny_dataset, tmp_path):
+    """6 steps planned, an evaluation every 2. The file asks for 10 once the checkpoint of step
+    6 is written, while the run evaluates its last step: the file is read again after that
+    evaluation, so the run trains on to 10 in the same process, evaluating at 8 and 10."""
+    model_dir, path = str(tmp_path / 'model'), str(tmp_path / 'steps.json')
+    command = [sys.executable, 'main.py'] + tiny_flags(
+        tiny_dataset, model_dir, '--mode=train_and_eval', '--num_epochs=3',
+        '--steps_file=' + path)
+    log_path, last = str(tmp_path / 'main.log'), os.path.join(model_dir, 'model.ckpt-6.index')
+    with open(log_path, 'w') as log, started(command, env=python_env(), stdout=log,
+                                             stderr=subprocess.STDOUT) as process:
+        deadline = time.time() + 300
+        while time.time() < deadline and process.poll() is None and not os.path.exists(last):
+            time.sleep(0.02)
+        written = process.poll() is None
+        if written:
+            run_end.write(path, 10, None, None)
+        status = process.wait(timeout=max(1, deadline - time.time()))
+    output = open(log_path).read()
+    assert status == 0 and written, output[-3000:]
+    assert 'the run now ends at step 10 (was 6)' in output, output[-3000:]
+    evaluated = [r['step'] for r in train_log.read_json_log(model_dir) if r.get('event') == 'eval']
+    assert evaluated == [2, 4, 6, 8, 10], evaluated
+    assert os.path.basename(checkpoints.latest_checkpoint(model_dir)) == 'model.ckpt-10'
+    assert output.count('train_and_eval: evaluations at') == 1  # One train() call.

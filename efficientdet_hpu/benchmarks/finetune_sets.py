@@ -72,6 +72,12 @@ def _link(target, link):
         os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
 
 
+def _link_photos(coco, image_dir, folder):
+    """Links in `folder` to each photo `coco` names in `image_dir`."""
+    for image in coco['images']:
+        _link(os.path.join(image_dir, image['file_name']), os.path.join(folder, image['file_name']))
+
+
 def write_voc(coco, image_dir, folder):
     """Pascal VOC: an XML beside each photo (a link) in `folder`."""
     os.makedirs(folder, exist_ok=True)
@@ -79,9 +85,9 @@ def write_voc(coco, image_dir, folder):
     boxes = {image['id']: [] for image in coco['images']}
     for annotation in coco['annotations']:
         boxes[annotation['image_id']].append(annotation)
+    _link_photos(coco, image_dir, folder)
     for image in coco['images']:
         link = os.path.join(folder, image['file_name'])
-        _link(os.path.join(image_dir, image['file_name']), link)
         objects = ''.join(
             '<object><name>%s</name><bndbox><xmin>%d</xmin><ymin>%d</ymin><xmax>%d</xmax>'
             '<ymax>%d</ymax></bndbox></object>' % (
@@ -103,9 +109,8 @@ def write_yolo(coco, image_dir, folder, split):
     lines = {image['id']: [] for image in coco['images']}
     for a in coco['annotations']:
         lines[a['image_id']].append(a)
+    _link_photos(coco, image_dir, os.path.join(folder, 'images', split))
     for image in coco['images']:
-        _link(os.path.join(image_dir, image['file_name']),
-              os.path.join(folder, 'images', split, image['file_name']))
         width, height = float(image['width']), float(image['height'])
         with open(os.path.join(folder, 'labels', split,
                                os.path.splitext(image['file_name'])[0] + '.txt'), 'w') as stream:
@@ -122,9 +127,7 @@ def coco_folder(coco_path, image_dir, folder):
     if not os.path.exists(os.path.join(folder, 'instances.json')):
         os.makedirs(folder, exist_ok=True)
         coco = _coco(coco_path)
-        for image in coco['images']:
-            _link(os.path.join(image_dir, image['file_name']),
-                  os.path.join(folder, image['file_name']))
+        _link_photos(coco, image_dir, folder)
         with open(os.path.join(folder, 'instances.json'), 'w') as stream:
             json.dump(coco, stream)
     return folder
@@ -151,10 +154,8 @@ def _aerial(directory, quick):
     if not os.path.exists(os.path.join(merged, 'instances.json')):
         os.makedirs(merged, exist_ok=True)
         train, val = _coco(paths['train_annotations']), _coco(paths['val_annotations'])
-        for coco, image_dir in ((train, paths['train_image_dir']), (val, paths['val_image_dir'])):
-            for image in coco['images']:
-                _link(os.path.join(image_dir, image['file_name']),
-                      os.path.join(merged, image['file_name']))
+        _link_photos(train, paths['train_image_dir'], merged)
+        _link_photos(val, paths['val_image_dir'], merged)
         with open(os.path.join(merged, 'instances.json'), 'w') as stream:
             json.dump(dict(train, images=train['images'] + val['images'],
                            annotations=train['annotations'] + [

@@ -193,7 +193,7 @@ def _covering_from(rank, iou):
         rank._get_overlap_matrix = overlap
 
 
-def image_scores(rank, overlooked, swap, badloc) -> np.ndarray:
+def _image_scores(rank, overlooked, swap, badloc) -> np.ndarray:
     """cleanlab's label quality of each photo from its box scores, pooled as
     rank._get_subtype_label_quality_scores pools them: each kind by its softmin, then their
     weighted geometric mean (tests/review: equal to rank.get_label_quality_scores)."""
@@ -220,7 +220,7 @@ def score(labels, predictions, cover_iou=COVER_IOU) -> list:
         overlooked = rank.compute_overlooked_box_scores(auxiliary_inputs=aux)
     swap = rank.compute_swap_box_scores(auxiliary_inputs=aux)
     badloc = rank.compute_badloc_box_scores(auxiliary_inputs=aux)
-    images = image_scores(rank, overlooked, swap, badloc)
+    images = _image_scores(rank, overlooked, swap, badloc)
     return [{'labels': _label_rows(rank, aux[i], swap[i], badloc[i]),
              'overlooked': _overlooked_rows(aux[i], overlooked[i]), 'image': float(images[i])}
             for i in range(len(labels))]

@@ -26,8 +26,12 @@ def run(job):
     if what == 'pid':
         return os.getpid()
     if what == 'sleep':
-        with open(argument, 'w', encoding='utf-8') as stream:  # Says it started, and where.
+        # Says it started, and where: whole once it exists (a rename), as a job that waits for
+        # it may have the pool stop this worker at once.
+        partial = os.path.join(os.path.dirname(argument), '.partial-' + os.path.basename(argument))
+        with open(partial, 'w', encoding='utf-8') as stream:
             stream.write(str(os.getpid()))
+        os.replace(partial, argument)
         time.sleep(120)
     if what == 'fail':
         image, started = argument

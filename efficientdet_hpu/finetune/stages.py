@@ -177,7 +177,7 @@ def training_stage(runner, plan, deadline, last=None, load=1.0):
                 'train', 'train', args, max(60.0, deadline - time.time()) + GRACE_SECONDS,
                 echo=True, stop_after=stop_after)
     return training_ended(runner, plan, stopped, (time.monotonic() - start) / 60.0,
-                          before=trained[-1] if probe is not None and probe.moved else None)
+                          before=trained[-1] if trained else None)
 
 
 def training_ended(runner, plan, stopped, minutes, before=None):

@@ -4,6 +4,7 @@ ranked most likely wrong first, and written as issues.csv.
 One row per suspected issue: a label (swap, badloc), a prediction no label covers
 (overlooked) or a photo (image) whose cleanlab score is at most the threshold (cleanlab's
 `issues_from_scores` picks and orders them within a kind); the kinds are then merged by score.
+A label listed as a swap is not listed as badloc too.
 Columns:
 
   rank             1 = most likely wrong
@@ -85,13 +86,21 @@ def _box(values):
 
 def ranked(found, threshold, rank_module) -> List[Issue]:
     """The issues at or under `threshold`, worst first: each kind's by cleanlab's
-    issues_from_scores, then merged by score (ties: overlooked, swap, badloc, image)."""
-    chosen = []
+    issues_from_scores, then merged by score (ties: overlooked, swap, badloc, image). A label
+    listed as a swap is not listed as a bad location too: cleanlab compares a label's box with
+    the predictions of the label's class only, so a label the model sees as another class
+    scores low there for the same reason (docs/review.md)."""
+    chosen, swapped = [], set()
     for order, kind in enumerate(KINDS):
         rows = found[kind]
         values = np.array([row.score for row in rows], np.float64)
         for index in rank_module.issues_from_scores(values, threshold=threshold):
-            chosen.append((rows[index].score, order, len(chosen), rows[index]))
+            row = rows[index]
+            if kind == 'badloc' and (row.photo, row.label) in swapped:
+                continue
+            if kind == 'swap':
+                swapped.add((row.photo, row.label))
+            chosen.append((row.score, order, len(chosen), row))
     return [row for *_, row in sorted(chosen, key=lambda item: item[:3])]
 
 

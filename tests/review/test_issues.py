@@ -13,6 +13,7 @@ import pytest
 import review_cases
 from efficientdet_hpu.review import issues
 from efficientdet_hpu.review import report
+from efficientdet_hpu.review import scores as scores_lib
 
 FORMATS = {'coco': review_cases.make_coco, 'voc': review_cases.make_voc,
            'yolo': review_cases.make_yolo}
@@ -106,3 +107,15 @@ def test_the_summary_table(reviewed):
     assert 'find 89% of the labels (same class, IoU >= 0.5)' in text
     assert 'validation AP' not in text  # No fine-tune evaluated these photos.
     assert summary['page'] in text and summary['issues_csv'] in text
+
+
+def test_a_label_listed_as_a_swap_is_not_listed_as_a_bad_location():
+    rank = scores_lib.cleanlab_rank()
+    label = dict(photo=0, box=(0.0, 0.0, 10.0, 10.0), class_name='red')
+    found = {'overlooked': [], 'image': [],
+             'swap': [issues.Issue(kind='swap', score=0.1, label=0, **label),
+                      issues.Issue(kind='swap', score=0.9, label=1, **label)],
+             'badloc': [issues.Issue(kind='badloc', score=0.05, label=0, **label),
+                        issues.Issue(kind='badloc', score=0.3, label=1, **label)]}
+    listed = issues.ranked(found, 0.6, rank)
+    assert [(row.kind, row.label) for row in listed] == [('swap', 0), ('badloc', 1)]

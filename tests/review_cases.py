@@ -128,8 +128,8 @@ def fake_review(folder, output_dir, folds=2):
     blue = next(c['id'] for c in train['categories'] if c['name'] == 'blue')
     for fold in review.folds:
         coco = predictions.fold_coco(fold, train, val)
-        image_dir = record['val_image_dir' if fold.source == 'val' else 'train_image_dir']
-        predictions.write_inputs(layout, fold, coco, image_dir)
+        predictions.write_inputs(layout, fold, coco, {'train': record['train_image_dir'],
+                                                      'val': record['val_image_dir']})
         with open(layout.fold(fold.index, 'photos.json')) as stream_:
             linked = json.load(stream_)
         os.makedirs(layout.fold(fold.index, 'predictions'))

@@ -269,9 +269,13 @@ def subset(coco, image_ids) -> dict:
                 annotations=[a for a in coco['annotations'] if a['image_id'] in keep])
 
 
+def hash_key(image) -> str:
+    """The SHA-1 of a photo's file name: the order the split and the review's folds use."""
+    return hashlib.sha1(photo_name(image).encode('utf-8')).hexdigest()
+
+
 def _hash_order(images):
-    return sorted(images, key=lambda image: hashlib.sha1(
-        photo_name(image).encode('utf-8')).hexdigest())
+    return sorted(images, key=hash_key)
 
 
 def _named(images, names, flag='val_photos'):

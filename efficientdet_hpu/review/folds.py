@@ -2,13 +2,17 @@
 it and seen by every other fold's model.
 
 Fold 0 is the fine-tune's validation (its --val_photos, --val_data, a data.yaml's val: or its
-split by file name), so a fine-tune's own model predicts it; folds 1..K-1 cut the training
-photos into contiguous runs of equal size in the fine-tune's order, the SHA-1 of each file name
-(finetune/inputs.py): the same photos make the same folds whatever the order of the files.
-Tiles never cross folds: a photo's tiles go where it goes.
+split by file name) where that holds about one K-th of the photos (VALIDATION_SHARE of 1/K
+either way) or the fine-tune's own model predicts it; folds 1..K-1 then cut the training
+photos. Otherwise (2 folds of a 20% validation: a model would train on a fifth of the photos)
+the K folds cut the training and validation photos together. The cuts are contiguous runs of
+equal size in the fine-tune's order, the SHA-1 of each file name (finetune/inputs.py): the same
+photos make the same folds whatever the order of the files. Tiles never cross folds: a photo's
+tiles go where it goes.
 
-Plain Python over COCO dicts; the file names and ids come from data/train.json and
-data/val.json of the fine-tune's layout.
+A photo is (source, COCO image id), source 'train' or 'val' (data/train.json, data/val.json
+of the fine-tune's layout: the two may number their images alike). Plain Python over COCO
+dicts.
 """
 import dataclasses
 from typing import List, Sequence, Tuple
@@ -16,13 +20,23 @@ from typing import List, Sequence, Tuple
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import inputs
 
+VALIDATION_SHARE = (0.5, 1.5)  # Of 1/K: the validation photos this close to it are fold 0.
+
 
 @dataclasses.dataclass(frozen=True)
 class Fold:
-    """One fold: its photos (COCO image ids of `source`, 'val' or 'train') and its index."""
+    """One fold: its index and its photos, (source, image id) pairs."""
     index: int
-    source: str
-    image_ids: Tuple[int, ...]
+    photos: Tuple[Tuple[str, int], ...]
+
+    @property
+    def is_validation(self) -> bool:
+        """Whether the fold is the fine-tune's validation photos (all of them: fold 0)."""
+        return self.index == 0 and all(source == 'val' for source, _ in self.photos)
+
+    def ids(self, source) -> Tuple[int, ...]:
+        """The image ids of the fold's photos from `source`."""
+        return tuple(image_id for kind, image_id in self.photos if kind == source)
 
 
 def _chunks(items: Sequence, count: int) -> List[list]:
@@ -36,22 +50,44 @@ def _chunks(items: Sequence, count: int) -> List[list]:
     return runs
 
 
-def assign(train, val, folds) -> Tuple[Fold, ...]:
-    """The folds of a fine-tune's train and val COCO dicts: fold 0 the val photos, folds 1..
-    folds-1 the training photos in SHA-1 order of their file names."""
+def keeps_validation(train_photos, val_photos, folds) -> bool:
+    """Whether `val_photos` of the train + val photos are about a `folds`-th (fold 0)."""
+    share = val_photos * folds / float(max(1, train_photos + val_photos))
+    return VALIDATION_SHARE[0] <= share <= VALIDATION_SHARE[1]
+
+
+def _ordered(*sources):
+    """(source, image id) of every photo of the (source, COCO dict) pairs, in SHA-1 order of
+    the file names (the fine-tune's), a name in both sources train's first."""
+    photos = [(inputs.hash_key(image), source, image['id']) for source, coco in sources
+              for image in coco['images']]
+    return [(source, image_id) for _, source, image_id in sorted(photos)]
+
+
+def assign(train, val, folds, keep_validation=False) -> Tuple[Fold, ...]:
+    """The folds of a fine-tune's train and val COCO dicts: fold 0 the val photos where
+    keeps_validation (or `keep_validation`: the fine-tune's model predicts them), folds
+    1..folds-1 the training photos; otherwise every photo cut into `folds` runs."""
     if folds < 2:
         raise UserError('--folds=%d: the review needs at least 2 folds (each photo is '
                         'predicted by a model trained on the others)' % folds)
     if not val['images']:
         raise UserError('the review needs validation photos for its first fold; the data '
                         'stage held out none')
+    photos = len(train['images']) + len(val['images'])
+    if not (keep_validation or keeps_validation(len(train['images']), len(val['images']),
+                                                folds)):
+        if photos < folds:
+            raise UserError('%d photos cannot make %d folds; give --folds=%d or fewer'
+                            % (photos, folds, photos))
+        return tuple(Fold(index, tuple(run)) for index, run in enumerate(
+            _chunks(_ordered(('train', train), ('val', val)), folds)))
     if len(train['images']) < folds - 1:
         raise UserError('%d training photos cannot make %d more folds; give --folds=%d or '
                         'fewer' % (len(train['images']), folds - 1, len(train['images']) + 1))
-    ordered = inputs._hash_order(train['images'])  # pylint: disable=protected-access
-    runs = _chunks([image['id'] for image in ordered], folds - 1)
-    return (Fold(0, 'val', tuple(image['id'] for image in val['images'])),) + tuple(
-        Fold(index + 1, 'train', tuple(run)) for index, run in enumerate(runs))
+    runs = _chunks(_ordered(('train', train)), folds - 1)
+    return (Fold(0, tuple(_ordered(('val', val)))),) + tuple(
+        Fold(index + 1, tuple(run)) for index, run in enumerate(runs))
 
 
 def training_folds(folds, held_out) -> Tuple[Fold, ...]:
@@ -60,19 +96,24 @@ def training_folds(folds, held_out) -> Tuple[Fold, ...]:
 
 
 def to_record(folds) -> list:
-    return [dataclasses.asdict(fold) for fold in folds]
+    return [{'index': fold.index, 'photos': [list(photo) for photo in fold.photos]}
+            for fold in folds]
 
 
 def from_record(record) -> Tuple[Fold, ...]:
-    return tuple(Fold(entry['index'], entry['source'], tuple(entry['image_ids']))
-                 for entry in record)
+    """The folds of to_record's list (or of a review written before folds could mix sources:
+    {'index', 'source', 'image_ids'})."""
+    return tuple(Fold(entry['index'], tuple(
+        (source, image_id) for source, image_id in entry['photos']) if 'photos' in entry
+        else tuple((entry['source'], image_id) for image_id in entry['image_ids']))
+        for entry in record)
 
 
 def check_disjoint(folds) -> None:
     """Raises AssertionError when a photo (source, id) is in two folds: the review's premise."""
     seen = {}
     for fold in folds:
-        for image_id in fold.image_ids:
-            key = (fold.source, image_id)
-            assert key not in seen, 'photo %s in folds %d and %d' % (key, seen[key], fold.index)
-            seen[key] = fold.index
+        for photo in fold.photos:
+            assert photo not in seen, 'photo %s in folds %d and %d' % (photo, seen[photo],
+                                                                        fold.index)
+            seen[photo] = fold.index

@@ -3,10 +3,11 @@ review adds to the time. Pure (no TensorFlow, no files), like finetune/plan.py, 
 each fold's model follows (model, image size, tiles, batch, schedule, anchors).
 
 Folds: DEFAULT_FOLDS, so that fold 0 is the fine-tune's 20% validation and every fold's
-model trains on about as many photos as the fine-tune's own. Steps: the fine-tune's. A
-budget (--max_minutes) that cannot hold them scales every fold's steps down by one factor; below
-half of them, fewer folds are tried (each trains once more on more photos), down to 2; a
-budget that cannot hold MIN_STEPS a fold is an error saying how long the review needs. Once a
+model trains on about as many photos as the fine-tune's own (review/folds.py: where the
+validation is not about 1/K of the photos, the K folds cut them all). Steps: the fine-tune's.
+A budget (--max_minutes) that cannot hold them scales every fold's steps down by one factor;
+below half of them, fewer folds are tried (fewer models, so each gets more steps), down to 2;
+a budget that cannot hold MIN_STEPS a fold is an error saying how long the review needs. Once a
 fold has trained, its measured rate re-estimates the rest and refits the later folds (refit).
 """
 import dataclasses
@@ -76,7 +77,7 @@ def _images(coco, ids, plan):
 
 def _fold_images(folds, train, val, plan):
     """(images each fold predicts, images each fold's model trains on)."""
-    own = [_images(val if fold.source == 'val' else train, fold.image_ids, plan)
+    own = [_images(train, fold.ids('train'), plan) + _images(val, fold.ids('val'), plan)
            for fold in folds]
     return own, [sum(own) - count for count in own]
 
@@ -157,7 +158,7 @@ def _minimum_minutes(plan, folds, own, request, labels):
 
 def _choose(plan, train, val, request, labels, wanted):
     """(folds, steps per fold, images each fold's model trains on, images each fold
-    predicts, why)."""
+    predicts, why, whether the fine-tune's model predicts fold 0)."""
     if request.folds:
         candidates = [request.folds]
     else:
@@ -165,25 +166,27 @@ def _choose(plan, train, val, request, labels, wanted):
         candidates = list(range(top, MIN_FOLDS - 1, -1)) or [MIN_FOLDS]
     last = None
     for count in candidates:
-        folds = folds_lib.assign(train, val, count)
+        # The fine-tune's model predicts fold 0 only where its validation makes a fold.
+        reuse = request.reuse_first and folds_lib.keeps_validation(
+            len(train['images']), len(val['images']), count)
+        asked = dataclasses.replace(request, reuse_first=reuse)
+        folds = folds_lib.assign(train, val, count, keep_validation=reuse)
         own, trains = _fold_images(folds, train, val, plan)
-        steps, factor = _steps_within(plan, folds, own, request, labels, wanted)
-        trained = [s for fold, s in zip(folds, steps)
-                   if not (fold.index == 0 and request.reuse_first)]
+        steps, factor = _steps_within(plan, folds, own, asked, labels, wanted)
+        trained = [s for fold, s in zip(folds, steps) if not (fold.index == 0 and reuse)]
         if all(s >= min(MIN_STEPS, wanted) for s in trained) and (
                 factor >= KEEP_SHARE or count == candidates[-1]):
             why = ('asked with --folds' if request.folds else
-                   'fold 0 is the fine-tune\'s validation, each model trains on the rest'
-                   if count == DEFAULT_FOLDS else
+                   'each model trains on 4/5 of the photos' if count == DEFAULT_FOLDS else
                    'fewer than %d: %s' % (DEFAULT_FOLDS, 'one a training photo' if count ==
                                           len(train['images']) + 1 else 'the budget'))
-            return folds, steps, trains, own, why
-        last = (folds, own)
+            return folds, steps, trains, own, why, reuse
+        last = (folds, own, asked)
     raise finetune_plan.PlanError(
         '--max_minutes=%g is too short for the review: %d folds of %d steps take about %d '
         'min here; give at least that, or --folds=2' % (
             request.max_minutes, len(last[0]), MIN_STEPS,
-            _minimum_minutes(plan, last[0], last[1], request, labels)))
+            _minimum_minutes(plan, last[0], last[1], last[2], labels)))
 
 
 def make(plan, train, val, request) -> ReviewPlan:
@@ -193,7 +196,9 @@ def make(plan, train, val, request) -> ReviewPlan:
         raise UserError('the review needs at least %d labelled photos' % MIN_FOLDS)
     labels = len(train['annotations']) + len(val['annotations'])
     wanted = request.steps or plan.steps
-    folds, steps, trains, own, folds_why = _choose(plan, train, val, request, labels, wanted)
+    folds, steps, trains, own, folds_why, reuse = _choose(plan, train, val, request, labels,
+                                                          wanted)
+    request = dataclasses.replace(request, reuse_first=reuse)
     every = stats.photos_of(train) + stats.photos_of(val)
     most = stats.most_boxes_per_image(every, plan.tile_size, plan.tile_overlap)
     per_image = max(len(photo.boxes) for photo in every) if not plan.tile_size else most
@@ -204,18 +209,26 @@ def make(plan, train, val, request) -> ReviewPlan:
                                                         wanted))
 
 
+def _fold_words(folds, request) -> str:
+    """What each fold holds, in words."""
+    sizes = lambda chosen: ' + '.join(str(len(fold.photos)) for fold in chosen)
+    if not folds[0].is_validation:
+        held = sum(len(fold.ids('val')) for fold in folds)
+        return ('the training and validation photos together, %s (the validation\'s %s are '
+                'not about 1/%d of them)' % (sizes(folds), stats.count(held, 'photo'),
+                                              len(folds)))
+    return 'fold 0 the %s of the validation%s; %s the training photos, %s' % (
+        stats.count(len(folds[0].photos), 'photo'),
+        ', predicted by the fine-tune\'s own model' if request.reuse_first else '',
+        'fold 1' if len(folds) == 2 else 'folds 1-%d' % (len(folds) - 1), sizes(folds[1:]))
+
+
 def _reasons(review, plan, request, folds_why, wanted):
     unit = 'tiles' if plan.tile_size else 'images'
-    first = review.folds[0]
     trained = [s for s in review.steps if s]
-    reasons = [
-        ('folds', '%d by photo (%s): fold 0 the %s of the validation%s; %s the training '
-                  'photos, %s' % (
-                      len(review.folds), folds_why, stats.count(len(first.image_ids), 'photo'),
-                      ', predicted by the fine-tune\'s own model' if request.reuse_first
-                      else '', 'fold 1' if len(review.folds) == 2 else
-                      'folds 1-%d' % (len(review.folds) - 1), ' + '.join(
-                          str(len(fold.image_ids)) for fold in review.folds[1:]))),
+    reasons = [('folds', '%d by photo (%s): %s' % (len(review.folds), folds_why,
+                                                   _fold_words(review.folds, request)))]
+    reasons += [
         ('fold models', '%s, each the fine-tune\'s plan (%s, batch %d) for %s%s on the other '
                         'folds\' %s %s' % (
                             stats.count(len(trained), 'model'), plan.model_name,

@@ -1,8 +1,9 @@
 """Out-of-sample predictions for every labelled photo, with the project's own commands run as
 the fine-tune runs them (finetune/runner.py: children under deadlines, logs in logs/):
 
-  records   each fold's photos converted once (tiles when the plan tiles): fold 0 is the
-            fine-tune's data/records/val-*, folds 1.. review/records/fold-K-*
+  records   each fold's photos converted once (tiles when the plan tiles), from links to
+            them (fold-K/photos/): review/records/fold-K-*; the fold of the fine-tune's
+            validation photos is its data/records/val-*
   training  fold K's model: main.py with the fine-tune's plan.yaml, its steps and its
             training records replaced by the review's (every fold's records but K's)
   predict   fold K's photos, whole, by fold K's model (inference.py predict, tiled where the
@@ -41,8 +42,29 @@ TRAIN_GRACE_SECONDS = stages.GRACE_SECONDS
 
 
 def fold_coco(fold, train, val) -> dict:
-    """The COCO dict of a fold's photos, from its source (train.json or val.json)."""
-    return inputs.subset(val if fold.source == 'val' else train, fold.image_ids)
+    """The COCO dict of a fold's photos (from train.json and val.json), each image with its
+    'review_key' [source, id]; where the two sources number photos of the fold alike, the
+    fold's images are numbered 1.. (the converter wants unique ids)."""
+    parts = [(source, inputs.subset(coco, fold.ids(source)))
+             for source, coco in (('train', train), ('val', val)) if fold.ids(source)]
+    images = [dict(image, review_key=[source, image['id']])
+              for source, part in parts for image in part['images']]
+    annotations = [(source, annotation) for source, part in parts
+                   for annotation in part['annotations']]
+    renumber = len({image['id'] for image in images}) < len(images)
+    new_id = {tuple(image['review_key']): index + 1 if renumber else image['id']
+              for index, image in enumerate(images)}
+    return dict(parts[0][1], images=[dict(image, id=new_id[tuple(image['review_key'])])
+                                     for image in images],
+                annotations=[dict(annotation, image_id=new_id[(source, annotation['image_id'])])
+                             for source, annotation in annotations])
+
+
+def photo_key(fold, image) -> tuple:
+    """The (source, image id) of a photo of fold-K/photos.json (a review written before
+    folds could mix sources holds one source a fold and the ids of it)."""
+    return tuple(image['review_key']) if 'review_key' in image else (fold.photos[0][0],
+                                                                     image['id'])
 
 
 def link_names(coco) -> dict:
@@ -53,26 +75,34 @@ def link_names(coco) -> dict:
             for image, name in zip(coco['images'], names)}
 
 
-def write_inputs(layout, fold, coco, image_dir):
-    """fold-K/photos.json (the fold's COCO, each image with its link name) and photos/ (links
-    to the photos), photos/ made aside and renamed, photos.json written last."""
-    if os.path.exists(layout.fold(fold.index, 'photos.json')):
+def write_inputs(layout, fold, coco, image_dirs):
+    """fold-K/photos/ (links to the photos, made aside and renamed), records.json (the
+    converter's COCO: the photos by their links) and photos.json (the fold's COCO, each image
+    with its link name), written last; image_dirs: {source: the photos' folder}."""
+    if all(os.path.exists(layout.fold(fold.index, name))
+           for name in ('photos.json', 'records.json')):
         return
     names = link_names(coco)
     os.makedirs(layout.fold(fold.index), exist_ok=True)
     staging = tempfile.mkdtemp(prefix='.photos.tmp-', dir=layout.fold(fold.index))
     for image in coco['images']:
-        os.symlink(os.path.abspath(os.path.join(image_dir, image['file_name'])),
+        os.symlink(os.path.abspath(os.path.join(image_dirs[image['review_key'][0]],
+                                                image['file_name'])),
                    os.path.join(staging, names[image['id']]))
     shutil.rmtree(layout.fold(fold.index, 'photos'), ignore_errors=True)
     os.rename(staging, layout.fold(fold.index, 'photos'))
+    atomic_file.write_json_atomically(layout.fold(fold.index, 'records.json'), dict(
+        coco, images=[dict(image, file_name=names[image['id']]) for image in coco['images']]),
+        indent=None)
     coco = dict(coco, images=[dict(image, review_name=names[image['id']])
                               for image in coco['images']])
     atomic_file.write_json_atomically(layout.fold(fold.index, 'photos.json'), coco, indent=None)
 
 
 def records_prefix(layout, finetune_layout, fold) -> str:
-    return (os.path.join(finetune_layout.records, 'val') if fold.index == 0
+    """The fine-tune's validation records for the fold of its validation photos, else the
+    review's of the fold."""
+    return (os.path.join(finetune_layout.records, 'val') if fold.is_validation
             else layout.fold_records(fold.index))
 
 
@@ -174,9 +204,9 @@ def by_photo(layout, review_folds) -> dict:
     found = {}
     for fold in review_folds:
         coco = _read(layout.fold(fold.index, 'photos.json'))
-        ids = {image['review_name']: image['id'] for image in coco['images']}
-        for image_id in ids.values():
-            found[(fold.source, image_id)] = []
+        ids = {image['review_name']: photo_key(fold, image) for image in coco['images']}
+        for key in ids.values():
+            found[key] = []
         for row in _read(layout.fold(fold.index, 'predictions', 'detections.json')):
-            found[(fold.source, ids[row['file_name']])].append(row)
+            found[ids[row['file_name']]].append(row)
     return found

@@ -33,14 +33,15 @@ def photos_of(layout, review, record) -> tuple:
     photos = []
     for fold in review.folds:
         coco = _read(layout.fold(fold.index, 'photos.json'))
-        image_dir = record['val_image_dir' if fold.source == 'val' else 'train_image_dir']
         by_image = {image['id']: [] for image in coco['images']}
         for annotation in scores_lib.label_boxes(coco['annotations']):
             by_image[annotation['image_id']].append(annotation)
         for image in coco['images']:
-            photos.append({'key': (fold.source, image['id']), 'file_name': image['file_name'],
+            key = predictions.photo_key(fold, image)
+            photos.append({'key': key, 'file_name': image['file_name'],
                            'width': image['width'], 'height': image['height'],
-                           'image_dir': image_dir, 'annotations': by_image[image['id']],
+                           'image_dir': record[key[0] + '_image_dir'],
+                           'annotations': by_image[image['id']],
                            'fold': fold.index})
     return photos, coco['categories']
 

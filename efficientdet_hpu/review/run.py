@@ -139,16 +139,19 @@ def review_plan(runner, layout, plan, options, reuse_first):
 
 def records_stage(runner, layout, review, plan, record):
     train, val = _read(runner.layout.train_json), _read(runner.layout.val_json)
+    image_dirs = {'train': record['train_image_dir'], 'val': record['val_image_dir']}
     for fold in review.folds:
-        coco = predictions.fold_coco(fold, train, val)
-        image_dir = record['val_image_dir' if fold.source == 'val' else 'train_image_dir']
-        predictions.write_inputs(layout, fold, coco, image_dir)
+        predictions.write_inputs(layout, fold, predictions.fold_coco(fold, train, val),
+                                 image_dirs)
         prefix = predictions.records_prefix(layout, runner.layout, fold)
-        json_path = runner.layout.val_json if fold.index == 0 else layout.fold(
-            fold.index, 'photos.json')
+        if fold.is_validation:  # The fine-tune's records (converted by its data stage).
+            json_path, image_dir = runner.layout.val_json, record['val_image_dir']
+        else:
+            json_path, image_dir = layout.fold(fold.index, 'records.json'), layout.fold(
+                fold.index, 'photos')
         summary = predictions.convert(runner, fold, prefix, json_path, image_dir, plan)
         runner.say('  fold %d: %s, %s, %s' % (
-            fold.index, stats.count(len(fold.image_ids), 'photo'),
+            fold.index, stats.count(len(fold.photos), 'photo'),
             stats.count(summary['images_written'], 'tile' if plan.tile_size else 'image'),
             stats.count(summary['boxes_written'], 'box', 'boxes')))
 
@@ -201,7 +204,7 @@ def _refitted(runner, layout, review, plan, index, record, deadline):
 def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
     for position, fold in enumerate(review.folds):
         steps, images = review.steps[position], review.train_images[position]
-        if fold.index == 0 and trained_finetune:
+        if not steps and trained_finetune:  # The plan reuses the fine-tune's model here.
             checkpoint, step = stages.best_checkpoint(runner.layout.model_dir)
             runner.say('  fold 0: the fine-tune\'s model (step %s)' % step)
             model_dir = runner.layout.model_dir
@@ -227,7 +230,7 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
         found = predictions.predict(runner, layout, fold, model_dir, checkpoint, plan,
                                     review.max_detections)
         runner.say('  fold %d: %s predicted, %s' % (
-            fold.index, stats.count(len(fold.image_ids), 'photo'),
+            fold.index, stats.count(len(fold.photos), 'photo'),
             stats.count(len(found), 'detection')))
 
 

@@ -52,7 +52,7 @@ def test_the_fine_tune_plan_this_file_assumes():
 
 def test_five_folds_of_the_fine_tune_steps_and_their_time():
     review = plan_lib.make(PLAN, TRAIN, VAL, Request())
-    assert [len(fold.image_ids) for fold in review.folds] == [2, 2, 2, 2, 2]
+    assert [len(fold.photos) for fold in review.folds] == [2, 2, 2, 2, 2]
     assert review.steps == (300,) * 5 and review.train_images == (8,) * 5
     # Records: 10 photos at 4/s. Training: 5 x (45 s start-up + 300 x 8 / 10). Predictions: 5 x
     # 60 s + 10 photos at 3 x 10/s. Scores: 20 s + 0.02 s x 20 labels.
@@ -98,8 +98,22 @@ def test_a_budget_too_short_names_the_minutes_the_review_needs():
 def test_asked_folds_and_steps_win_and_the_plan_survives_its_record():
     review = plan_lib.make(PLAN, TRAIN, VAL, Request(folds=2, steps=7))
     assert len(review.folds) == 2 and review.steps == (7, 7)
-    assert [len(fold.image_ids) for fold in review.folds] == [2, 8]
+    # The 2 validation photos are not about half of the 10: the 2 folds cut all 10.
+    assert [len(fold.photos) for fold in review.folds] == [5, 5]
+    assert review.train_images == (5, 5)
+    assert ('the training and validation photos together, 5 + 5 (the validation\'s 2 photos '
+            'are not about 1/2 of them)') in dict(review.reasons)['folds']
     assert plan_lib.from_record(plan_lib.to_record(review)) == review
+
+
+def test_the_fine_tune_s_model_predicts_fold_zero_only_where_it_is_a_fold():
+    # 2 folds: fold 0 the validation would leave the other model 2 photos; both train on 5.
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request(folds=2, steps=7, reuse_first=True))
+    assert review.steps == (7, 7) and review.train_images == (5, 5)
+    assert 'fine-tune\'s own model' not in dict(review.reasons)['folds']
+    # 4 folds: 2 of 10 photos is about a quarter.
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request(folds=4, steps=7, reuse_first=True))
+    assert review.steps == (0, 7, 7, 7) and review.folds[0].is_validation
 
 
 def test_a_fold_slower_than_the_table_refits_the_later_folds_to_the_budget():

@@ -2,10 +2,10 @@
 it and seen by every other fold's model.
 
 Fold 0 is the fine-tune's validation (its --val_photos, --val_data, a data.yaml's val: or its
-split by file name) where that holds about one K-th of the photos (VALIDATION_SHARE of 1/K
-either way) or the fine-tune's own model predicts it; folds 1..K-1 then cut the training
-photos. Otherwise (2 folds of a 20% validation: a model would train on a fifth of the photos)
-the K folds cut the training and validation photos together. The cuts are contiguous runs of
+split by file name), and folds 1..K-1 cut the training photos, where then no fold holds more
+than MOST_SHARE / K of the photos, or where the fine-tune's own model predicts fold 0.
+Otherwise (2 folds of a 20% validation: a model would train on a fifth of the photos) the K
+folds cut the training and validation photos together. The cuts are contiguous runs of
 equal size in the fine-tune's order, the SHA-1 of each file name (finetune/inputs.py): the same
 photos make the same folds whatever the order of the files. Tiles never cross folds: a photo's
 tiles go where it goes.
@@ -20,7 +20,7 @@ from typing import List, Sequence, Tuple
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import inputs
 
-VALIDATION_SHARE = (0.5, 1.5)  # Of 1/K: the validation photos this close to it are fold 0.
+MOST_SHARE = 1.25  # Of 1/K: no fold with fold 0 the validation may hold more.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +50,19 @@ def _chunks(items: Sequence, count: int) -> List[list]:
     return runs
 
 
+def smallest_training(train_photos, val_photos, folds) -> int:
+    """The photos the smallest training set holds with fold 0 the validation and folds
+    1..folds-1 the training photos: all but the biggest fold."""
+    biggest = max(val_photos, -(-train_photos // max(1, folds - 1)))
+    return train_photos + val_photos - biggest
+
+
 def keeps_validation(train_photos, val_photos, folds) -> bool:
-    """Whether `val_photos` of the train + val photos are about a `folds`-th (fold 0)."""
-    share = val_photos * folds / float(max(1, train_photos + val_photos))
-    return VALIDATION_SHARE[0] <= share <= VALIDATION_SHARE[1]
+    """Whether fold 0 can be the validation: then no fold holds more than MOST_SHARE / folds
+    of the photos (every model trains on nearly as many as with `folds` equal folds)."""
+    photos = train_photos + val_photos
+    return photos - smallest_training(train_photos, val_photos, folds) <= (
+        MOST_SHARE * photos / float(folds))
 
 
 def _ordered(*sources):

@@ -3,8 +3,8 @@ review adds to the time. Pure (no TensorFlow, no files), like finetune/plan.py, 
 each fold's model follows (model, image size, tiles, batch, schedule, anchors).
 
 Folds: DEFAULT_FOLDS, so that fold 0 is the fine-tune's 20% validation and every fold's
-model trains on about as many photos as the fine-tune's own (review/folds.py: where the
-validation is not about 1/K of the photos, the K folds cut them all). Steps: the fine-tune's.
+model trains on about as many photos as the fine-tune's own (review/folds.py: where that
+would leave a fold over 1.25/K of the photos, the K folds cut them all). Steps: the fine-tune's.
 A budget (--max_minutes) that cannot hold them scales every fold's steps down by one factor;
 below half of them, fewer folds are tried (fewer models, so each gets more steps), down to 2;
 a budget that cannot hold MIN_STEPS a fold is an error saying how long the review needs. Once a
@@ -214,9 +214,11 @@ def _fold_words(folds, request) -> str:
     sizes = lambda chosen: ' + '.join(str(len(fold.photos)) for fold in chosen)
     if not folds[0].is_validation:
         held = sum(len(fold.ids('val')) for fold in folds)
-        return ('the training and validation photos together, %s (the validation\'s %s are '
-                'not about 1/%d of them)' % (sizes(folds), stats.count(held, 'photo'),
-                                              len(folds)))
+        photos = sum(len(fold.photos) for fold in folds)
+        return ('the training and validation photos together, %s (fold 0 the validation\'s %s '
+                'would leave a model %d of the %d to train on)' % (
+                    sizes(folds), stats.count(held, 'photo'), folds_lib.smallest_training(
+                        photos - held, held, len(folds)), photos))
     return 'fold 0 the %s of the validation%s; %s the training photos, %s' % (
         stats.count(len(folds[0].photos), 'photo'),
         ', predicted by the fine-tune\'s own model' if request.reuse_first else '',

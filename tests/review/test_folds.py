@@ -1,6 +1,6 @@
-"""review/folds.py: fold 0 is the fine-tune's validation where it is about 1/K of the photos,
-the training photos are cut in the fine-tune's SHA-1 order into runs of equal size; otherwise
-all the photos are; no photo is in two folds, and the folds do not depend on the order of the
+"""review/folds.py: fold 0 is the fine-tune's validation where no fold then holds more than
+1.25/K of the photos, the training photos are cut in the fine-tune's SHA-1 order into runs of
+equal size; otherwise all the photos are; no photo is in two folds, and the folds do not depend on the order of the
 files."""
 import hashlib
 import json
@@ -24,14 +24,14 @@ def sha1(name):
 
 
 def test_fold_zero_is_the_validation_and_the_rest_runs_of_the_sha1_order():
-    names = ['p%d.jpg' % i for i in range(7)]
+    names = ['p%d.jpg' % i for i in range(8)]
     train, val = coco(names), coco(['v0.jpg', 'v1.jpg'], first_id=1)  # Ids clash: sources differ.
-    folds = folds_lib.assign(train, val, 4)  # 2 of 9 photos: about a quarter.
+    folds = folds_lib.assign(train, val, 4)  # The biggest fold 3 of 10: under 1.25 / 4.
     assert folds[0] == folds_lib.Fold(0, (('val', 1), ('val', 2))) and folds[0].is_validation
-    ordered = sorted(range(7), key=lambda i: sha1(names[i]))  # By hand: 7 photos in 3 runs.
+    ordered = sorted(range(8), key=lambda i: sha1(names[i]))  # By hand: 8 photos in 3 runs.
     ids = [i + 1 for i in ordered]
-    assert [fold.ids('train') for fold in folds[1:]] == [tuple(ids[:3]), tuple(ids[3:5]),
-                                                         tuple(ids[5:])]
+    assert [fold.ids('train') for fold in folds[1:]] == [tuple(ids[:3]), tuple(ids[3:6]),
+                                                         tuple(ids[6:])]
     assert not any(fold.ids('val') for fold in folds[1:])
     folds_lib.check_disjoint(folds)
 
@@ -49,9 +49,13 @@ def test_a_validation_far_from_one_kth_is_cut_with_the_training_photos():
     folds_lib.check_disjoint(folds)
     # The fine-tune's model predicts its validation: fold 0 stays the validation.
     assert folds_lib.assign(train, val, 2, keep_validation=True)[0].is_validation
-    # About 1/K either way (0.5 to 1.5 times) keeps it: 2 of 10 is 0.6 of a third.
+    # No fold over 1.25/K keeps it: 3 folds of 2 + 4 + 4 photos (4 is 1.2 thirds of 10).
     assert folds_lib.assign(train, val, 3)[0].is_validation
-    assert not folds_lib.assign(train, coco(['v0.jpg']), 3)[0].is_validation  # 1 of 9: 0.33.
+    # 1 + 4 + 4 of 9: 4 is 1.33 thirds.
+    assert not folds_lib.assign(train, coco(['v0.jpg']), 3)[0].is_validation
+    # 2 folds of 2 + 6 (a quarter of the photos as fold 0): the other model would train on 2.
+    assert not folds_lib.assign(coco(names[:6]), val, 2)[0].is_validation
+    assert folds_lib.smallest_training(6, 2, 2) == 2
 
 
 def test_the_order_of_the_files_does_not_change_the_folds():
@@ -76,8 +80,8 @@ def test_too_few_photos_or_folds_are_one_line():
     with pytest.raises(UserError, match='at least 2 folds'):
         folds_lib.assign(coco(['a.jpg']), coco(['b.jpg']), 1)
     with pytest.raises(UserError, match='2 training photos cannot make 3 more folds; give '
-                                        '--folds=3 or fewer'):
-        folds_lib.assign(coco(['a.jpg', 'c.jpg']), coco(['b.jpg']), 4)
+                                        '--folds=3 or fewer'):  # The validation's own fold.
+        folds_lib.assign(coco(['a.jpg', 'c.jpg']), coco(['b.jpg']), 4, keep_validation=True)
     with pytest.raises(UserError, match='3 photos cannot make 5 folds; give --folds=3 or '
                                         'fewer'):
         folds_lib.assign(coco(['a.jpg', 'c.jpg']), coco(['b.jpg']), 5)

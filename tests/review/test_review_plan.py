@@ -101,8 +101,8 @@ def test_asked_folds_and_steps_win_and_the_plan_survives_its_record():
     # The 2 validation photos are not about half of the 10: the 2 folds cut all 10.
     assert [len(fold.photos) for fold in review.folds] == [5, 5]
     assert review.train_images == (5, 5)
-    assert ('the training and validation photos together, 5 + 5 (the validation\'s 2 photos '
-            'are not about 1/2 of them)') in dict(review.reasons)['folds']
+    assert ('the training and validation photos together, 5 + 5 (fold 0 the validation\'s 2 '
+            'photos would leave a model 2 of the 10 to train on)') in dict(review.reasons)['folds']
     assert plan_lib.from_record(plan_lib.to_record(review)) == review
 
 
@@ -111,7 +111,7 @@ def test_the_fine_tune_s_model_predicts_fold_zero_only_where_it_is_a_fold():
     review = plan_lib.make(PLAN, TRAIN, VAL, Request(folds=2, steps=7, reuse_first=True))
     assert review.steps == (7, 7) and review.train_images == (5, 5)
     assert 'fine-tune\'s own model' not in dict(review.reasons)['folds']
-    # 4 folds: 2 of 10 photos is about a quarter.
+    # 4 folds: 2 + 3 + 3 + 2 photos, none over 1.25 quarters of 10.
     review = plan_lib.make(PLAN, TRAIN, VAL, Request(folds=4, steps=7, reuse_first=True))
     assert review.steps == (0, 7, 7, 7) and review.folds[0].is_validation
 

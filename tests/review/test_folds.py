@@ -1,7 +1,7 @@
 """review/folds.py: fold 0 is the fine-tune's validation where no fold then holds more than
 1.25/K of the photos, the training photos are cut in the fine-tune's SHA-1 order into runs of
-equal size; otherwise all the photos are; no photo is in two folds, and the folds do not depend on the order of the
-files."""
+equal size; otherwise all the photos are; no photo is in two folds, and the folds do not
+depend on the order of the files."""
 import hashlib
 import json
 

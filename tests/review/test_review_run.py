@@ -108,9 +108,9 @@ def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(ru
         assert '[%d/5]' % stage in result.stdout
     assert 'tiles of 128 px' in result.stdout
     for fold in range(2):  # Each fold's training says what it does and where its output goes.
+        log = os.path.join(out, 'logs', 'train-fold-%d.log' % fold)
         assert re.search(r"fold %d: training 2 steps on \d+ images, about \d+ min \(until "
-                         r"\d\d:\d\d\); main.py's output in %s" % (
-                             fold, re.escape(os.path.join(out, 'logs', 'train-fold-%d.log' % fold))),
+                         r"\d\d:\d\d\); main.py's output in %s" % (fold, re.escape(log)),
                          result.stdout), result.stdout[-3000:]
     measured = re.findall(r"fold (\d) trained at ([\d.]+) images/s, the plan's ([\d.]+): the rest "
                           r'of the review takes about \d+ min at that rate \(until \d\d:\d\d\)$',

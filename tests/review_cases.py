@@ -113,12 +113,14 @@ def _detections(coco, category_ids, blue):
     return rows
 
 
-def fake_review(folder, output_dir, folds=2):
-    """Runs the review's real stages but training and prediction on `folder`; returns
-    (summary, review Layout, fine-tune Layout, what the runner said)."""
+def fake_review(folder, output_dir, folds=2, val_folder=None):
+    """Runs the review's real stages but training and prediction on `folder` (and
+    `val_folder` as --val_data); returns (summary, review Layout, fine-tune Layout, what the
+    runner said)."""
     stream = io.StringIO()
     runner = runner_lib.Runner(runner_lib.Layout(output_dir), stream=stream)
-    record = prepare.data_stage(runner, prepare.Options(data=folder, output_dir=output_dir))
+    record = prepare.data_stage(runner, prepare.Options(data=folder, val_data=val_folder or '',
+                                                        output_dir=output_dir))
     with open(runner.layout.train_json) as one, open(runner.layout.val_json) as two:
         train, val = json.load(one), json.load(two)
     plan = finetune_plan.make_plan(stats.from_coco(train, val), ROOMY, finetune_plan.Request())

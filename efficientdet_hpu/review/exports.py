@@ -4,7 +4,8 @@
                      badloc scores, the kinds it is suspected of, the model's class and box)
                      and CVAT's `attributes` (CVAT shows them on the box; Label Studio keeps
                      them as meta), plus one annotation per suspected overlooked object
-                     (its review's kind 'overlooked', the model's class and box)
+                     (its review's kind 'overlooked', the model's class and box); each
+                     photo's file_name its path from the training photos' folder
   fiftyone/          with FiftyOne installed (`pip install .[fiftyone]`): a FiftyOne dataset
                      (ground truth, predictions, the scores); without it: data/ (links to the
                      photos), labels.json and predictions.json, the files FiftyOne's COCO
@@ -74,7 +75,7 @@ def review_coco(photos, results, issues, categories, category_of) -> dict:
     for index, (photo, result) in enumerate(zip(photos, results)):
         image_id = index + 1
         image_issue = images.get(index)
-        coco['images'].append({'id': image_id, 'file_name': photo['file_name'],
+        coco['images'].append({'id': image_id, 'file_name': photo['name'],
                                'width': photo['width'], 'height': photo['height'],
                                'review': {'image': round(result['image'], 4),
                                           'suspected': image_issue is not None}})

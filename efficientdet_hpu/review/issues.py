@@ -8,7 +8,8 @@ A label listed as a swap is not listed as badloc too.
 Columns:
 
   rank             1 = most likely wrong
-  image            the photo's file name as its annotations name it
+  image            the photo's path from the training photos' folder: its file name as its
+                   annotations name it; a --val_data photo's from there ('../val/a.jpg')
   kind             overlooked | swap | badloc | image
   label_id         the input's own id of the label: the COCO annotation id, `file.txt:line`
                    (YOLO), `file.xml:object-index` (Pascal VOC); empty for overlooked and image
@@ -57,7 +58,7 @@ def label_id(annotation) -> str:
 
 
 def candidates(photos, results, names) -> dict:
-    """{kind: [Issue]} of every scored box and photo. photos: [{'file_name', 'width',
+    """{kind: [Issue]} of every scored box and photo. photos: [{'name', 'width',
     'height', 'annotations' (cleanlab's labels, in order)}]; results: scores.score's;
     names: class index -> name."""
     found = {kind: [] for kind in KINDS}
@@ -111,7 +112,7 @@ def _number(value):
 def csv_rows(issues, photos) -> list:
     rows = []
     for rank, issue in enumerate(issues, start=1):
-        rows.append([rank, photos[issue.photo]['file_name'], issue.kind, issue.label_id,
+        rows.append([rank, photos[issue.photo]['name'], issue.kind, issue.label_id,
                      issue.class_name, issue.suggested_class]
                     + [_number(v) for v in issue.box] + ['%.4g' % issue.score,
                     ' '.join(_number(v) for v in issue.suggested_box)

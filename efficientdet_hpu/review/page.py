@@ -114,7 +114,7 @@ def _card(position, rank, issue, photo, name, crops_name):
             '<br>%s %s</figcaption></figure>' % (
                 issue.kind, position, crops_name, name, html.escape(reason(issue)),
                 html.escape(reason(issue)), issue.score, rank,
-                html.escape(photo['file_name']), label))
+                html.escape(photo['name']), label))
 
 
 STYLE = ('body{font-family:sans-serif;margin:16px;background:#fafafa}'

@@ -27,9 +27,20 @@ def _read(path):
         return json.load(stream)
 
 
+def shown_name(record, source, file_name) -> str:
+    """The photo as issues.csv, the page and review_coco.json name it: its path from the
+    training photos' folder, so a --val_data photo called like a training photo stays apart
+    ('../val/photo0.jpg' beside 'photo0.jpg')."""
+    if record['val_image_dir'] == record['train_image_dir']:
+        return file_name
+    return os.path.relpath(os.path.join(record[source + '_image_dir'], file_name),
+                           record['train_image_dir'])
+
+
 def photos_of(layout, review, record) -> tuple:
-    """(every reviewed photo, fold by fold: {'key' (source, id), 'file_name', 'width',
-    'height', 'image_dir', 'annotations' (cleanlab's labels), 'fold'}; the categories)."""
+    """(every reviewed photo, fold by fold: {'key' (source, id), 'file_name', 'name' (what
+    the files show, shown_name), 'width', 'height', 'image_dir', 'annotations' (cleanlab's
+    labels), 'fold'}; the categories)."""
     photos = []
     for fold in review.folds:
         coco = _read(layout.fold(fold.index, 'photos.json'))
@@ -39,6 +50,7 @@ def photos_of(layout, review, record) -> tuple:
         for image in coco['images']:
             key = predictions.photo_key(fold, image)
             photos.append({'key': key, 'file_name': image['file_name'],
+                           'name': shown_name(record, key[0], image['file_name']),
                            'width': image['width'], 'height': image['height'],
                            'image_dir': record[key[0] + '_image_dir'],
                            'annotations': by_image[image['id']],
@@ -89,7 +101,7 @@ def finish(runner, layout, review, record, threshold, trained) -> dict:
     atomic_file.write_json_atomically(layout.scores_json, {
         'calibration': {'score_at_0.5': points[0], 'score_at_0.95': points[1]},
         'overlooked_cover_iou': scores_lib.COVER_IOU,
-        'photos': [{'file_name': p['file_name'], 'fold': p['fold'], **r}
+        'photos': [{'file_name': p['name'], 'fold': p['fold'], **r}
                    for p, r in zip(photos, results)]}, indent=None)
     rank = scores_lib.cleanlab_rank()
     issues = issues_lib.ranked(issues_lib.candidates(photos, results, names), threshold, rank)

@@ -119,3 +119,26 @@ def test_a_label_listed_as_a_swap_is_not_listed_as_a_bad_location():
                         issues.Issue(kind='badloc', score=0.3, label=1, **label)]}
     listed = issues.ranked(found, 0.6, rank)
     assert [(row.kind, row.label) for row in listed] == [('swap', 0), ('badloc', 1)]
+
+
+def test_a_val_data_photo_named_like_a_training_photo_stays_apart(tmp_path):
+    """--val_data photos with the training photos' file names and annotation ids: each row's
+    image, read from the training folder, is the photo whose label_id names the row's box, and
+    review_coco.json names each photo once."""
+    train = review_cases.make_coco(str(tmp_path / 'train'))
+    val = review_cases.make_coco(str(tmp_path / 'val'), photos=3)
+    _, layout, _, _ = review_cases.fake_review(train, str(tmp_path / 'out'), val_folder=val)
+    with open(layout.issues_csv, newline='') as stream:
+        rows = list(csv.DictReader(stream))
+    swaps = sorted(row['image'] for row in rows if row['kind'] == 'swap')
+    assert swaps == [os.path.join('..', 'val', 'photo1.jpg'), 'photo1.jpg']
+    for row in rows:
+        path = os.path.normpath(os.path.join(train, row['image']))
+        assert os.path.isfile(path), row
+        if row['label_id']:
+            assert _box(row) == pytest.approx(
+                _input_box('coco', os.path.dirname(path), row['label_id']), abs=0.01), row
+    with open(layout.coco_json) as stream:
+        names = [image['file_name'] for image in json.load(stream)['images']]
+    assert len(names) == len(set(names)) == review_cases.PHOTOS + 3
+    assert all(os.path.isfile(os.path.join(train, name)) for name in names)

@@ -48,13 +48,18 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 def _size_mismatch_message(path: str, image: Image.Image, json_size, json_path: str) -> str:
     width, height = image.size
-    hint = ('Boxes would be misplaced. A common cause is EXIF rotation: the JSON sizes were '
-            'taken from a rotated view of the photo while the stored pixels are not rotated.')
     orientation = image.getexif().get(_EXIF_ORIENTATION_TAG)
-    if orientation in _EXIF_TRANSPOSING:
-        hint += f' This file has EXIF orientation {orientation} (a 90-degree rotation).'
+    if orientation in _EXIF_TRANSPOSING and tuple(json_size) == (height, width):
+        fix = (f'The file has EXIF orientation {orientation} (a 90-degree rotation): the sizes, '
+               f'and so the boxes, are of the upright view, the stored pixels are not rotated. '
+               f'Save the photo upright (exiftran -ai, or PIL ImageOps.exif_transpose) and '
+               f'keep its annotations.')
+    else:
+        fix = (f'Boxes would be misplaced: correct the width and height of the image in '
+               f'{json_path} if its boxes were drawn on these pixels, else re-export the photo '
+               f'its boxes were drawn on.')
     return (f'image {path} is {width}x{height} (width x height) but {json_path} says '
-            f'{json_size[0]}x{json_size[1]}. {hint}')
+            f'{json_size[0]}x{json_size[1]}. {fix}')
 
 
 def _decode(path: str, json_width: int, json_height: int, json_path: str, keep_jpeg: bool):

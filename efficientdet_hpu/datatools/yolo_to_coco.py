@@ -39,7 +39,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
-from PIL import Image
 import yaml
 
 from efficientdet_hpu.core import atomic_file
@@ -51,7 +50,6 @@ FLAGS = flags.FLAGS
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
 TOLERANCE = 0.01  # Fractions of the image side; exporters write 1.0000001 and the like.
-_EXIF_ORIENTATION_TAG = 0x0112
 _FIELDS = ('cx', 'cy', 'w', 'h')
 
 
@@ -221,13 +219,11 @@ def read_labels(path: str, num_classes: int, width: int, height: int,
 def image_size(path: str) -> Tuple[int, int]:
     """(width, height) as stored; an EXIF rotation or mirroring is an error (see above)."""
     size = voc_to_coco.read_image_size(path, YoloError)
-    with Image.open(path) as image:
-        orientation = image.getexif().get(_EXIF_ORIENTATION_TAG, 1)
-    if orientation not in (None, 1):
+    orientation = voc_to_coco.exif_orientation(path)
+    if orientation != 1:
         raise YoloError('%s: EXIF orientation %s: the labels refer to the upright view but the '
                         'converter stores the pixels as they are, so the boxes would be '
-                        'misplaced; save the photo upright (exiftran -ai, or PIL '
-                        'ImageOps.exif_transpose) and keep its labels' % (path, orientation))
+                        'misplaced; %s' % (path, orientation, voc_to_coco.UPRIGHT_FIX + 'labels'))
     return size
 
 

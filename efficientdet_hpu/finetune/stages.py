@@ -88,8 +88,8 @@ def _in_the_input(message, json_path, source):
     of the same command reads the changed folder again."""
     if not source or json_path not in message:
         return message
-    return message.replace(json_path, '%s (the photo and its annotations), then rerun the same '
-                                      'command: the changed folder is read again' % source)
+    return '%s Then rerun the same command: the changed folder is read again.' % (
+        message.replace(json_path, source).rstrip())
 
 
 def training_record(model_dir, stopped, minutes, steps=None):

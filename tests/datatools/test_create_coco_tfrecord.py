@@ -239,7 +239,17 @@ def _break(case, image_dir, json_path):
         content['images'][0]['width'] += 1
         size = f'{content["images"][0]["width"]}x{content["images"][0]["height"]}'
         _write_json(json_path, content)
-        return ['001000.jpg', size, 'EXIF']
+        return ['001000.jpg', size, 'correct the width and height of the image in']
+    elif case == 'exif_rotated':  # Sizes of the upright view, pixels stored unrotated.
+        path = os.path.join(image_dir, '001000.jpg')
+        with Image.open(path) as image:
+            exif = image.getexif()
+            exif[0x0112] = 6
+            image.save(path, exif=exif)
+        first = content['images'][0]
+        first['width'], first['height'] = first['height'], first['width']
+        _write_json(json_path, content)
+        return ['001000.jpg', 'EXIF orientation 6', 'Save the photo upright']
     _write_json(json_path, content)
     return {'missing_key': ['instances.json', 'categories'],
             'unknown_image_id': ['instances.json', 'annotations[1]', 'image_id 424242'],
@@ -248,7 +258,8 @@ def _break(case, image_dir, json_path):
 
 
 ERROR_CASES = ['malformed_json', 'missing_key', 'unknown_image_id', 'unknown_category_id',
-               'duplicate_image_id', 'missing_file', 'truncated_image', 'size_mismatch']
+               'duplicate_image_id', 'missing_file', 'truncated_image', 'size_mismatch',
+               'exif_rotated']
 
 
 @pytest.mark.parametrize('case', ERROR_CASES)

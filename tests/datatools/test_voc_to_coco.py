@@ -81,6 +81,15 @@ def test_missing_image_size_mismatch_and_unparsable_xml(tmp_path):
     _write(tmp_path, 'a', 'a.png', (40, 30), [('Tree', 1, 1, 4, 4)], xml_size=(40, 31))
     with pytest.raises(voc_to_coco.VocError, match='says 40x31 but .*a.png is 40x30'):
         voc_to_coco.convert(str(tmp_path), str(tmp_path / 'o.json'))
+    image = Image.open(tmp_path / 'a.png')
+    exif = image.getexif()
+    exif[0x0112] = 6  # Rotated 90 degrees: the upright view is 30x40.
+    image.save(tmp_path / 'a.png', exif=exif)
+    _write(tmp_path, 'a', 'a.png', (40, 30), [('Tree', 1, 1, 4, 4)], xml_size=(30, 40),
+           image=False)
+    with pytest.raises(voc_to_coco.VocError, match='the upright view of .*a.png .*EXIF '
+                       'orientation 6.*save the photo upright'):
+        voc_to_coco.convert(str(tmp_path), str(tmp_path / 'o.json'))
     (tmp_path / 'a.xml').write_text('<annotation><filename>a.png')
     with pytest.raises(voc_to_coco.VocError, match='a.xml: not readable as XML'):
         voc_to_coco.convert(str(tmp_path), str(tmp_path / 'o.json'))

@@ -15,7 +15,7 @@ docs/review.md.
 
 from absl import app, flags
 
-from efficientdet_hpu.core import command_help, errors, processes
+from efficientdet_hpu.core import command_help, errors
 from efficientdet_hpu.finetune import runner
 from efficientdet_hpu.review import issues
 from efficientdet_hpu.review import run
@@ -56,6 +56,10 @@ def options_from_flags():
     if bool(FLAGS.finetune_dir) == bool(FLAGS.data):
         raise errors.UserError('give --data=DIR --output_dir=DIR (a folder of labelled '
                                'photos) or --finetune_dir=DIR (a fine-tune\'s output_dir)')
+    if FLAGS.finetune_dir and FLAGS.output_dir:
+        raise errors.UserError('--finetune_dir=%s writes its review into its own review/; '
+                               'drop --output_dir (another --threshold lists anew there)'
+                               % FLAGS.finetune_dir)
     if FLAGS.data and not FLAGS.output_dir:
         raise errors.UserError('--data needs --output_dir=DIR (where the review writes)')
     return run.Options(
@@ -71,15 +75,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError('unexpected arguments: %s (flags are --name=value)' % argv[1:])
 
-    def work():
-        try:
-            run.review(options_from_flags())
-        except processes.Stopped as stop:  # A stop signal (runner.exit_status): its line.
-            stop.kept = stop.kept or ('what the review finished is kept; rerun the same '
-                                      'command to continue')
-            raise
-    return runner.exit_status(PROGRAM, work, FLAGS.output_dir or FLAGS.finetune_dir,
-                              FLAGS.verbose)
+    return runner.exit_status(PROGRAM, lambda: run.review(options_from_flags()),
+                              FLAGS.output_dir or FLAGS.finetune_dir, FLAGS.verbose)
 
 
 def entry_point():

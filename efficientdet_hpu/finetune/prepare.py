@@ -69,8 +69,8 @@ class Rerun:
     checkpoint (None: nothing trained), `replan` the request's changes that make the plan stale,
     `relog` whether only the log spacing changed (a trained run: plan.yaml is rewritten),
     `budget` this run's budget against the plan's (a trained run), `read` the input read again
-    (a changed folder or data flags: see read_inputs), `same_data` whether it gave the photos
-    and boxes of the last run, `note` the line saying what changed."""
+    (changed files or data flags: read_inputs), `same_data` whether it gave the last run's
+    photos and boxes, `note` the line saying what changed and `changes` the changes alone."""
     trained: object = None
     replan: tuple = ()
     relog: bool = False
@@ -78,6 +78,7 @@ class Rerun:
     read: object = None
     same_data: bool = False
     note: str = ''
+    changes: str = ''
 
 
 def check_flags(layout, options) -> Rerun:
@@ -132,13 +133,13 @@ def _check_data(layout, options, saved, state):
     state.read = read_inputs(options)
     state.same_data = (_read_json(layout.train_json) == _as_json(state.read['train'])
                        and _read_json(layout.val_json) == _as_json(state.read['val']))
-    what = '; '.join(part for part in (rerun.describe(flags), change) if part)
+    what = state.changes = '; '.join(part for part in (rerun.describe(flags), change) if part)
     if not state.same_data and state.trained is not None:
         raise UserError('the data changed since %s was trained on it (%s; now %s): its checkpoints '
                         'learnt the old data; start afresh on the new data in another folder: '
                         '%s' % (layout.model_dir, what or 'read again', state.read['line'],
-                                rerun.command_line(options.request(),
-                                                   rerun.fresh_dir(layout.root))))
+                                rerun.command_line(options.request(), rerun.fresh_dir(
+                                    layout.root))))
     if state.same_data:
         state.note = ('the input\'s files changed since the last run (%s), its photos and boxes '
                       'did not: the split and the plan stand; %s' % (
@@ -220,8 +221,7 @@ def check_plan_fits(options, train, val):
     is written; the plan stage makes it again, then asks the doctor."""
     request = _request(options, weights_lib.resolve(options.weights, options.model_name))
     machine = hardware.detect()
-    plan_lib.make_plan(stats.from_coco(train, val), machine, request,
-                       table=costs.load(machine.cpu))
+    plan_lib.make_plan(stats.from_coco(train, val), machine, request, table=costs.load(machine.cpu))
 
 
 def data_stage(runner, options, state=None):

@@ -73,7 +73,7 @@ def records_stage(runner, plan, record):
                     '--num_shards=%d' % (2 if images < 1000 else 8)] + tiles,
                     max(600.0, 5.0 * images))
             except runner_lib.ChildUserError as error:
-                raise runner_lib.ChildUserError(_in_the_input(
+                raise runner_lib.ChildUserError(in_the_input(
                     str(error), json_path, record.get('sources', {}).get(split))) from None
         with open(prefix + '-summary.json') as stream:
             summary = json.load(stream)
@@ -82,7 +82,7 @@ def records_stage(runner, plan, record):
             stats.count(summary['boxes_written'], 'box', 'boxes'), prefix + '-*.tfrecord'))
 
 
-def _in_the_input(message, json_path, source):
+def in_the_input(message, json_path, source):
     """The converter's fix for a photo names the fine-tune's own copy of the annotations
     (data/train.json); the user's fix is in the input: the photo out of --data, and a rerun
     of the same command reads the changed folder again."""

@@ -5,6 +5,7 @@ suspected, cleanlab's score, the photo and the label's id.
 """
 import html
 import os
+import shutil
 
 from PIL import Image, ImageDraw
 
@@ -87,7 +88,8 @@ def write_crops(issues, photos, confident, directory):
     shown = []
     per_kind = {kind: 0 for kind in issues_lib.KINDS}
     opened = {}
-    os.makedirs(directory, exist_ok=True)
+    shutil.rmtree(directory, ignore_errors=True)  # A rerun at another threshold: its own.
+    os.makedirs(directory)
     for issue in issues:
         if per_kind[issue.kind] >= MAX_CARDS:
             continue

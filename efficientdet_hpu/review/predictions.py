@@ -27,6 +27,7 @@ from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import inputs
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import schedule
 from efficientdet_hpu.finetune import stages
 
@@ -106,17 +107,35 @@ def records_prefix(layout, finetune_layout, fold) -> str:
             else layout.fold_records(fold.index))
 
 
-def convert(runner, fold, prefix, json_path, image_dir, plan):
-    """The converter on a fold's photos, unless its summary is there; returns its summary."""
+def convert(runner, fold, prefix, json_path, image_dir, plan, sources):
+    """The converter on a fold's photos, unless its summary is there; returns its summary.
+    sources: {source: the flag that gave its photos}, which the converter's fix then names."""
     if not os.path.exists(prefix + '-summary.json'):
         photos = len(_read(json_path)['images'])
         tiles = (['--tile_size=%d' % plan.tile_size, '--tile_overlap=%d' % plan.tile_overlap]
                  if plan.tile_size else [])
-        runner.command('convert-fold-%d' % fold.index, 'convert', [
-            '--image_dir=' + image_dir, '--object_annotations_file=' + json_path,
-            '--output_file_prefix=' + prefix, '--num_shards=%d' % (2 if photos < 1000 else 8)]
-            + tiles, max(600.0, 5.0 * photos))
+        try:
+            runner.command('convert-fold-%d' % fold.index, 'convert', [
+                '--image_dir=' + image_dir, '--object_annotations_file=' + json_path,
+                '--output_file_prefix=' + prefix,
+                '--num_shards=%d' % (2 if photos < 1000 else 8)] + tiles, max(600.0, 5.0 * photos))
+        except runner_lib.ChildUserError as error:
+            given = ' or '.join(sorted({sources.get(source, '--data')
+                                        for source, _ in fold.photos}))
+            raise runner_lib.ChildUserError(stages.in_the_input(
+                _linked_photos(str(error), image_dir), json_path, given)) from None
     return _read(prefix + '-summary.json')
+
+
+def _linked_photos(message, directory):
+    """The message with each photo link of `directory` it names as the photo it links to."""
+    if not os.path.isdir(directory):
+        return message
+    for name in os.listdir(directory):
+        link = os.path.join(directory, name)
+        if link in message:
+            message = message.replace(link, os.path.realpath(link))
+    return message
 
 
 def _read(path):

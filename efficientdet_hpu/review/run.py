@@ -14,14 +14,18 @@ then review/summary.json and the table. `review_finetune` is what the fine-tune 
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 import time
 
 from efficientdet_hpu.core import atomic_file
+from efficientdet_hpu.core import processes
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.finetune import costs
 from efficientdet_hpu.finetune import hardware
 from efficientdet_hpu.finetune import plan_file
 from efficientdet_hpu.finetune import prepare
+from efficientdet_hpu.finetune import rerun
 from efficientdet_hpu.finetune import runner as runner_lib
 from efficientdet_hpu.finetune import stages
 from efficientdet_hpu.finetune import stats
@@ -78,8 +82,21 @@ def _read(path):
         return json.load(stream)
 
 
-def data_and_plan(runner, options):
-    """(the fine-tune's inputs record, its Plan, whether its model trained)."""
+def rerun_state(runner, layout, options):
+    """--data: prepare.check_flags' Rerun of output_dir, where a review begun on another input
+    or flags starts again or is refused (_begun_anew); None with --finetune_dir."""
+    if options.finetune_dir:
+        return None
+    state = prepare.check_flags(runner.layout, options.finetune_options())
+    # --images_per_second moves the estimates only: the review's plan.json holds its steps.
+    state.replan = tuple(item for item in state.replan if item[0] not in rerun.BUDGET_KEYS)
+    _begun_anew(runner, layout, state, options)
+    return state
+
+
+def data_and_plan(runner, options, state=None):
+    """(the fine-tune's inputs record, its Plan, whether its model trained); state: the
+    rerun_state of a --data review."""
     layout = runner.layout
     if options.finetune_dir:
         if not os.path.exists(layout.plan_json) or not os.path.exists(layout.inputs_json):
@@ -94,21 +111,42 @@ def data_and_plan(runner, options):
         runner.say('\n'.join(plan_file.lines(plan)))
         return record, plan, os.path.exists(layout.training_json)
     finetune = options.finetune_options()
-    prepare.check_flags(layout, finetune)
     _stage(runner, 1, 'data: %s' % options.data)
-    record = prepare.data_stage(runner, finetune)
+    record = prepare.data_stage(runner, finetune, state)
     _stage(runner, 2, 'plan: the data doctor, the fine-tune\'s plan, then the review\'s')
-    return record, prepare.plan_stage(runner, finetune), False
+    return record, prepare.plan_stage(runner, finetune, state), False
+
+
+def _begun_anew(runner, layout, state, options):
+    """A review begun in output_dir on another input or other flags (prepare.check_flags'
+    Rerun) is started again, its folds of the old photos removed; where a fold's model has
+    trained, refused (UserError)."""
+    changed = state.replan or (state.read is not None and (state.note or not state.same_data))
+    if not changed or not os.path.isdir(layout.directory):
+        return
+    folds = layout.path('folds')
+    trained = sorted(name for name in (os.listdir(folds) if os.path.isdir(folds) else ())
+                     if rerun.latest_step(os.path.join(folds, name, 'model')) is not None)
+    if trained:
+        raise UserError('--output_dir=%s holds a review whose %s model trained on the last '
+                        'run\'s input and flags (%s); rerun those to resume it, or review '
+                        'this input in another --output_dir' % (
+                            options.output_dir, trained[0], '; '.join(part for part in (
+                                state.changes, rerun.describe(state.replan)) if part)))
+    runner.say('the review begun in %s starts again: its folds were of the last run\'s input '
+               'and flags' % layout.directory)
+    shutil.rmtree(layout.directory)
 
 
 def _asked(options) -> dict:
-    """What decides the review's folds and issues: a rerun must ask the same to resume."""
-    return {'folds': options.folds, 'steps': options.steps, 'threshold': options.threshold}
+    """What decides the review's folds: a rerun must ask the same to resume (--threshold
+    only cuts the list: another lists anew from the same folds, finished_review)."""
+    return {'folds': options.folds, 'steps': options.steps}
 
 
 def check_request(layout, options):
-    """Raises UserError when output_dir holds a review of other --folds, --steps or
-    --threshold (its folds would mix two plans)."""
+    """Raises UserError when output_dir holds a review of other --folds or --steps (its folds
+    would mix two plans)."""
     if not os.path.exists(layout.request_json):
         return
     saved, wanted = _read(layout.request_json), _asked(options)
@@ -149,7 +187,8 @@ def records_stage(runner, layout, review, plan, record):
         else:
             json_path, image_dir = layout.fold(fold.index, 'records.json'), layout.fold(
                 fold.index, 'photos')
-        summary = predictions.convert(runner, fold, prefix, json_path, image_dir, plan)
+        summary = predictions.convert(runner, fold, prefix, json_path, image_dir, plan,
+                                      record.get('sources') or {})
         runner.say('  fold %d: %s, %s, %s' % (
             fold.index, stats.count(len(fold.photos), 'photo'),
             stats.count(summary['images_written'], 'tile' if plan.tile_size else 'image'),
@@ -234,21 +273,56 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
             stats.count(len(found), 'detection')))
 
 
+KEPT = 'what the review finished is kept; rerun the same command to continue'
+
+
 def review(options, stream=None) -> dict:
     """Runs the review; returns its summary (None for a dry run). Raises UserError,
-    runner.StageFailed."""
+    runner.StageFailed, and processes.Stopped with its line's `where` and `kept` (the rerun
+    continues: the folds trained and the steps of the one training are kept)."""
+    temporary = None
+    if options.dry_run and not options.finetune_dir:  # As the fine-tune's: nothing written.
+        temporary = tempfile.mkdtemp(prefix='review-dry-run-')
+        options = dataclasses.replace(options, output_dir=temporary)
+    try:
+        return _review(options, stream)
+    except processes.Stopped as stop:
+        stop.where, stop.kept = stop.where or 'the label review', stop.kept or KEPT
+        raise
+    finally:
+        if temporary:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
+def finished_review(runner, layout, threshold):
+    """The summary of a review finished at this threshold, said again; None where none is,
+    or where it was listed at another one (its summary.json removed: the rerun then lists
+    anew from the folds' predictions, which it keeps)."""
+    if not os.path.exists(layout.summary_json):
+        return None
+    summary = _read(layout.summary_json)
+    if summary.get('threshold') != threshold:
+        runner.say('--threshold=%g (the review listed at %g): listed anew from the folds\' '
+                   'predictions' % (threshold, summary.get('threshold')))
+        os.remove(layout.summary_json)
+        return None
+    runner.say('review done earlier (%s):' % layout.summary_json)
+    runner.say('\n'.join(report.table(summary)))
+    return summary
+
+
+def _review(options, stream):
     check_installed()  # A missing cleanlab is said before anything runs.
     runner = runner_lib.Runner(runner_lib.Layout(options.root), options.verbose,
                                **({'stream': stream} if stream else {}))
     layout = layout_lib.Layout(options.root)
+    state = rerun_state(runner, layout, options)
     check_request(layout, options)
-    if os.path.exists(layout.summary_json):
-        summary = _read(layout.summary_json)
-        runner.say('review done earlier (%s):' % layout.summary_json)
-        runner.say('\n'.join(report.table(summary)))
+    summary = finished_review(runner, layout, options.threshold)
+    if summary is not None:
         return summary
     deadline = time.time() + options.max_minutes * 60.0 if options.max_minutes else None
-    record, plan, trained = data_and_plan(runner, options)
+    record, plan, trained = data_and_plan(runner, options, state)
     review_ = review_plan(runner, layout, plan, options, trained)
     if options.dry_run:
         runner.say('dry run: the review\'s plan above is what it would do')

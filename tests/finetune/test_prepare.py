@@ -276,13 +276,13 @@ def test_the_converters_fix_for_a_photo_names_the_input_not_the_runs_copy():
     message = ('create_coco_tfrecord: error: cannot decode image /p/bad.jpg (OSError: broken data '
                'stream); the file is unreadable or truncated. Re-export or remove it from '
                '/out/data/train.json.')
-    assert stages._in_the_input(message, '/out/data/train.json', '--data=/p') == (
+    assert stages.in_the_input(message, '/out/data/train.json', '--data=/p') == (
         'create_coco_tfrecord: error: cannot decode image /p/bad.jpg (OSError: broken data '
         'stream); the file is unreadable or truncated. Re-export or remove it from --data=/p. '
         'Then rerun the same command: the changed folder is read again.')
     message = ('create_coco_tfrecord: error: image /p/a.jpg is 108x120 (width x height) but '
                '/out/data/val.json says 120x108. The file has EXIF orientation 6')
-    assert stages._in_the_input(message, '/out/data/val.json', '--val_data=/v').startswith(
+    assert stages.in_the_input(message, '/out/data/val.json', '--val_data=/v').startswith(
         'create_coco_tfrecord: error: image /p/a.jpg is 108x120 (width x height) but '
         '--val_data=/v says 120x108. The file has EXIF orientation 6 Then rerun')
 

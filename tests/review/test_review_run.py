@@ -12,7 +12,7 @@ import tensorflow as tf
 import yaml
 from pycocotools.coco import COCO
 
-from cli_runs import run_python, TINY_HPARAMS
+from cli_runs import assert_one_line_error, run_python, TINY_HPARAMS
 from efficientdet_hpu.data import tfrecord_format
 from efficientdet_hpu.data.dataloader import list_record_files
 from efficientdet_hpu.review import issues
@@ -142,3 +142,35 @@ def test_a_rerun_is_done_at_once(run):
     again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
                         '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=120)
     assert again.returncode == 0 and 'review done earlier' in again.stdout, again.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_another_threshold_lists_anew_from_the_same_folds(run):
+    """--threshold only cuts the list: a finished review asked again with another is listed
+    anew from the folds' predictions, no fold trained again."""
+    _, out, data = run
+    with open(os.path.join(out, 'review', 'issues.csv')) as stream:
+        before = len(stream.readlines())
+    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
+                        '--steps=2', '--hparams=%s' % TINY_HPARAMS, '--threshold=1'],
+                       timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert '(the review listed at 0.6): listed anew' in again.stdout
+    assert 'training 2 steps' not in again.stdout and 'review done in' in again.stdout
+    with open(os.path.join(out, 'review', 'issues.csv')) as stream:
+        assert len(stream.readlines()) > before  # Every label and photo scores at most 1.
+    assert _json(os.path.join(out, 'review', 'summary.json'))['threshold'] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_other_flags_over_trained_folds_are_refused_in_one_line(run):
+    """A rerun whose fine-tune flags differ (the plan every fold trains with) would mix two
+    plans in one review: one line saying how to resume it or where to start afresh."""
+    _, out, data = run
+    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
+                        '--steps=2', '--hparams=%s,jitter_min=0.8' % TINY_HPARAMS], timeout=300)
+    assert_one_line_error(again, 'holds a review whose fold-0 model trained on the last run\'s '
+                          'input and flags', "now '%s,jitter_min=0.8'" % TINY_HPARAMS,
+                          'in another --output_dir', starts_with='review: error: ')

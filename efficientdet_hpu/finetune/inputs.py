@@ -189,7 +189,37 @@ def read_coco(json_path) -> Dataset:
     content = coco_annotations.load_coco_json(json_path)
     image_dir = _coco_image_dir(json_path, content)
     coco_annotations.read_dataset(json_path, image_dir)  # Every check of the converter.
-    return Dataset('COCO', os.path.basename(json_path), image_dir, content)
+    content, notes = _boxes_as_converted(content)
+    return Dataset('COCO', os.path.basename(json_path), image_dir, content, notes=notes)
+
+
+_LEFT_OUT = {'malformed': 'without a valid bbox', 'degenerate': 'of no width or height',
+             'outside': 'wholly outside their photo'}
+
+
+def _boxes_as_converted(content):
+    """(content with the boxes the converter keeps, as it keeps them: one partly outside its
+    photo clipped to it, the others left out (evaluation would count them unfound), the
+    notes saying so with the first annotation id of each)."""
+    sizes = {image['id']: (image['width'], image['height']) for image in content['images']}
+    kept, left_out, clipped = [], {}, 0
+    for annotation in content['annotations']:
+        box, status = coco_annotations.clip_box(annotation.get('bbox'),
+                                                *sizes[annotation['image_id']])
+        if box is None:
+            left_out.setdefault(status, []).append(annotation.get('id'))
+            continue
+        if status == 'clipped':
+            ymin, xmin, ymax, xmax = box
+            annotation, clipped = dict(annotation, bbox=[xmin, ymin, xmax - xmin, ymax - ymin],
+                                       area=(xmax - xmin) * (ymax - ymin)), clipped + 1
+        kept.append(annotation)
+    notes = ['%s %s left out (annotation id %s%s)' % (
+        _count(len(ids), 'box', 'boxes'), _LEFT_OUT[status], ids[0], ', ...' if ids[1:] else '')
+        for status, ids in sorted(left_out.items())]
+    if clipped:
+        notes.append('%s partly outside the photo clipped to it' % _count(clipped, 'box', 'boxes'))
+    return (dict(content, annotations=kept) if left_out or clipped else content), tuple(notes)
 
 
 def _voc_image_dir(folder, xml_paths):

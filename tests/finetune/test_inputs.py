@@ -210,3 +210,26 @@ def test_the_command_itself_never_imports_tensorflow():
             'print("tensorflow" in sys.modules)\n')
     result = run_process([sys.executable, '-c', code], timeout=120, stderr=subprocess.PIPE)
     assert result.stdout.strip() == 'False', result.stderr[-2000:]
+
+
+def test_coco_boxes_the_converter_drops_or_clips_are_said_and_not_evaluated(tmp_path):
+    """The converter leaves out a box of no area or wholly outside its photo and clips one
+    partly outside; the data line says so, and train.json / val.json hold the boxes as
+    trained (a box left out there would count as unfound in every evaluation)."""
+    coco = make_coco(str(tmp_path / 'coco'), count=6)
+    path = os.path.join(coco, 'instances.json')
+    with open(path) as stream:
+        content = json.load(stream)
+    for annotation, bbox in zip(content['annotations'], ([4, 4, 0, 10], [4, 4, 20, -1],
+                                                         [70, 4, 5, 5], [50, 40, 20, 10])):
+        annotation['bbox'] = bbox
+    with open(path, 'w') as stream:
+        json.dump(content, stream)
+    dataset = inputs.read('data', coco)
+    assert dataset.line() == (
+        'COCO: instances.json, 6 photos, 1 class, 3 boxes, 2 boxes of no width or height left '
+        'out (annotation id 1, ...), 1 box wholly outside their photo left out (annotation id '
+        '3), 1 box partly outside the photo clipped to it, 3 photos without boxes (negatives)')
+    clipped = next(a for a in dataset.coco['annotations'] if a['id'] == 4)
+    assert clipped['bbox'] == [50.0, 40.0, 14.0, 8.0] and clipped['area'] == 112.0
+    assert sorted(a['id'] for a in dataset.coco['annotations']) == [4, 5, 6]

@@ -159,6 +159,18 @@ def label_path(image_path: str, image_dir: str, label_dir: Optional[str] = None)
     return labels.join(os.path.abspath(stem).rsplit(images, 1)) + '.txt'
 
 
+def label_name(image_path: str, image_dir: str, label_dir: Optional[str] = None) -> str:
+    """The label file of an image as it sits in its labels/ tree (label_id's file): x.txt for
+    images/x.jpg, train/x.txt for Ultralytics' images/train/x.jpg."""
+    stem = os.path.splitext(image_path)[0]
+    images = os.sep + 'images' + os.sep
+    if label_dir or images not in os.path.abspath(stem):
+        name = os.path.relpath(stem, image_dir)
+    else:
+        name = os.path.abspath(stem).rsplit(images, 1)[1]
+    return name.replace(os.sep, '/') + '.txt'
+
+
 def _number(text: str, where: str, name: str) -> float:
     try:
         value = float(text)
@@ -309,9 +321,8 @@ def read_dataset(image_dir: str, names: Sequence[str], label_dir: Optional[str] 
     for path, labels_file in zip(paths, labels):
         width, height = image_size(path)
         file_name = os.path.relpath(path, image_dir).replace(os.sep, '/')
-        # The label file named as it sits in its labels/ tree: x.txt for images/x.jpg.
         boxes = read_labels(labels_file, len(names), width, height,
-                            os.path.splitext(file_name)[0] + '.txt')
+                            label_name(path, image_dir, label_dir))
         if not boxes:
             if os.path.isfile(labels_file):
                 counts.empty_label_file += 1

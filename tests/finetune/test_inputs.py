@@ -233,3 +233,24 @@ def test_coco_boxes_the_converter_drops_or_clips_are_said_and_not_evaluated(tmp_
     clipped = next(a for a in dataset.coco['annotations'] if a['id'] == 4)
     assert clipped['bbox'] == [50.0, 40.0, 14.0, 8.0] and clipped['area'] == 112.0
     assert sorted(a['id'] for a in dataset.coco['annotations']) == [4, 5, 6]
+
+
+def test_yolo_label_ids_name_the_label_file_as_it_sits_in_labels(tmp_path):
+    """Ultralytics' images/train, labels/train: train/y0.txt:1 (not y0.txt:1, which the val
+    split's labels/val/y0.txt would share); the plain layout's labels/y0.txt: y0.txt:1."""
+    root = tmp_path / 'ultra'
+    for split, count in (('train', 3), ('val', 1)):
+        for i in range(count):
+            _photo(str(root / 'images' / split / ('y%d.jpg' % i)))
+            (root / 'labels' / split).mkdir(parents=True, exist_ok=True)
+            (root / 'labels' / split / ('y%d.txt' % i)).write_text('0 0.5 0.5 0.25 0.25\n')
+    (root / 'data.yaml').write_text('names: [ant]\ntrain: images/train\nval: images/val\n')
+    dataset = inputs.read('data', str(root))
+    assert sorted(a['source'] for a in dataset.coco['annotations']) == [
+        'train/y0.txt:1', 'train/y1.txt:1', 'train/y2.txt:1']
+    names = [dataset.coco['categories'][0]['name']]
+    val = inputs.yolo_to_coco.coco_dataset(dataset.val_dir, names, None, False)
+    assert [a['source'] for a in val['annotations']] == ['val/y0.txt:1']
+    plain = inputs.read('data', make_yolo(str(tmp_path / 'plain')))
+    assert [a['source'] for a in plain.coco['annotations']] == ['y0.txt:1', 'y1.txt:1',
+                                                                 'y2.txt:1']

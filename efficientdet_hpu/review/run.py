@@ -218,10 +218,11 @@ def _training_line(runner, index, steps, images, plan) -> str:
                               os.path.join(runner.layout.logs, 'train-fold-%d.log' % index)))
 
 
-def _refitted(runner, layout, review, plan, index, record, deadline):
+def _refitted(runner, layout, review, plan, index, record, deadline, rate_from="the plan's"):
     """After fold `index` trained: where its measured rate is RATE_TOLERANCE or more off the
-    plan's, the rest of the review estimated at it and, under a budget, the later folds' steps
-    fitted to it (plan_lib.refit; review/plan.json rewritten), in one line. (review, plan)."""
+    plan's (`rate_from` says whose rate that is), the rest of the review estimated at it and,
+    under a budget, the later folds' steps fitted to it (plan_lib.refit; review/plan.json
+    rewritten), in one line. (review, plan)."""
     rate = record.get('images_per_second')
     if not rate or abs(rate / plan.images_per_second - 1.0) < RATE_TOLERANCE:
         return review, plan
@@ -229,9 +230,9 @@ def _refitted(runner, layout, review, plan, index, record, deadline):
     refitted, at_rate, rest = plan_lib.refit(review, plan, index, rate, left, _cost_table())
     cut = [(fold.index, new, old) for fold, old, new in zip(review.folds, review.steps,
                                                            refitted.steps) if new != old]
-    runner.say('  fold %d trained at %.1f images/s, the plan\'s %.1f: the rest of the review '
+    runner.say('  fold %d trained at %.1f images/s, %s %.1f: the rest of the review '
                'takes about %.0f min at that rate (until %s)%s' % (
-                   index, rate, plan.images_per_second, rest / 60.0,
+                   index, rate, rate_from, plan.images_per_second, rest / 60.0,
                    time.strftime('%H:%M', time.localtime(time.time() + rest)),
                    '; to fit --max_minutes, %s' % ', '.join(
                        'fold %d %d steps instead of %d' % item for item in cut) if cut else ''))
@@ -241,6 +242,7 @@ def _refitted(runner, layout, review, plan, index, record, deadline):
 
 
 def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
+    rate_from = 'the plan\'s'  # Whose rate the estimate takes: a fold's, once one is off it.
     for position, fold in enumerate(review.folds):
         steps, images = review.steps[position], review.train_images[position]
         if not steps and trained_finetune:  # The plan reuses the fine-tune's model here.
@@ -263,8 +265,11 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
             runner.say('  fold %d: trained, %s at step %s (%.1f min)' % (
                 fold.index, training['ended'], training['step'],
                 (time.monotonic() - started) / 60.0))
+            before = plan.images_per_second
             review, plan = _refitted(runner, layout, review, plan, fold.index, training,
-                                     deadline)
+                                     deadline, rate_from)
+            if plan.images_per_second != before:
+                rate_from = 'fold %d\'s' % fold.index
             checkpoint = None
         found = predictions.predict(runner, layout, fold, model_dir, checkpoint, plan,
                                     review.max_detections)

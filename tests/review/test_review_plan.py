@@ -154,3 +154,6 @@ def test_the_refit_is_said_in_one_line_and_kept_in_the_plan_file(tmp_path):
         assert cut.steps[index] < 300
     with open(layout.plan_json) as stream:
         assert plan_lib.from_record(json.load(stream)).steps == cut.steps
+    # A later fold off the rate fold 1 measured: the line names whose rate that was.
+    run._refitted(runner, layout, cut, at_rate, 2, {'images_per_second': 2.5}, None, "fold 1's")
+    assert said[-1].startswith("  fold 2 trained at 2.5 images/s, fold 1's 5.0: the rest of")

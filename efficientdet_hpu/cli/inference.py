@@ -93,6 +93,7 @@ def run_export():
     # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.serving import export, model_spec, onnx_export, tflite_export
     _require('model_dir', 'export_dir')
+    export.check_export_dir(FLAGS.export_dir)  # Before the model is built.
     formats = tflite_export.parse_formats(FLAGS.formats)
     spec = _spec_from_flags()
     calibration = (FLAGS.calibration_file_pattern
@@ -148,6 +149,10 @@ def run_predict():
     if FLAGS.tile_size and not FLAGS.tile_overlap < FLAGS.tile_size:
         raise model_spec.InferenceError('--tile_overlap=%d must be smaller than --tile_size=%d'
                                         % (FLAGS.tile_overlap, FLAGS.tile_size))
+    if FLAGS.annotations_file and not os.path.isfile(FLAGS.annotations_file):
+        raise model_spec.InferenceError('--annotations_file=%s does not exist; give the COCO '
+                                        'JSON of the photos' % FLAGS.annotations_file)
+    predict.check_output_dir(FLAGS.input, FLAGS.output_dir)  # Before the model loads.
     predictor, names = _predictor_and_names()
     if FLAGS.tile_size:
         predictor = tiled_predict.TiledPredictor(predictor, FLAGS.tile_size, FLAGS.tile_overlap,

@@ -94,11 +94,33 @@ def _swap_into_place(staging_dir, export_dir):
         shutil.rmtree(retired, ignore_errors=True)
 
 
+# What an export directory holds (a SavedModel, the .tflite / .onnx files beside it and their
+# notes): an export_dir holding anything else is not replaced.
+EXPORT_ENTRIES = ('saved_model.pb', 'fingerprint.pb', 'variables', 'assets', 'assets.extra')
+EXPORT_SUFFIXES = ('.tflite', '.onnx', '.json')
+
+
+def check_export_dir(export_dir):
+    """Raises InferenceError where export_dir is a file, or a directory holding more than an
+    earlier export (a model_dir, a folder of photos): an export replaces its directory."""
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise InferenceError('export directory %s is a file; give a new directory' % export_dir)
+    if not os.path.isdir(export_dir):
+        return
+    other = sorted(name for name in os.listdir(export_dir) if name not in EXPORT_ENTRIES
+                   and not name.endswith(EXPORT_SUFFIXES))
+    if other:
+        raise InferenceError('export directory %s holds %s, not an earlier export, and an export '
+                             'replaces its directory; give a new or empty directory'
+                             % (export_dir, ', '.join(other[:3]) + (', ...' if other[3:] else '')))
+
+
 def export_saved_model(spec, export_dir):
-    """Writes the SavedModel of `spec` (a serving.model_spec.ModelSpec) to export_dir;
-    returns its path."""
+    """Writes the SavedModel of `spec` (a serving.model_spec.ModelSpec) to export_dir, which
+    it replaces (check_export_dir); returns its path."""
     if spec.checkpoint is None:
         raise InferenceError('refusing to export random weights: give a checkpoint')
+    check_export_dir(export_dir)
     export_dir = os.path.abspath(export_dir)
     parent, name = os.path.split(export_dir)
     os.makedirs(parent, exist_ok=True)

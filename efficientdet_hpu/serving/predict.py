@@ -11,6 +11,7 @@ output_dir/detections.json is a COCO results list: {"image_id", "file_name", "ca
 the name is numeric (000000139.jpg -> 139, as in COCO), else the 1-based position in the
 sorted input list.
 """
+import glob
 import os
 import sys
 import time
@@ -43,7 +44,13 @@ def category_names_of_saved_model(export_dir):
 
 
 def list_images(path):
-    """The image files to process: `path` itself, or a directory's image files (sorted)."""
+    """The image files to process: `path` itself, a directory's image files or a glob's
+    (sorted)."""
+    if not os.path.exists(path) and glob.has_magic(path):
+        files = sorted(name for name in glob.glob(path) if os.path.isfile(name))
+        if not files:
+            raise FileNotFoundError('--input=%s matches no file' % path)
+        return files
     if os.path.isdir(path):
         names = sorted(name for name in os.listdir(path)
                        if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.'))
@@ -55,6 +62,26 @@ def list_images(path):
     if not os.path.exists(path):
         raise FileNotFoundError('--input=%s does not exist' % path)
     return [path]
+
+
+def check_output_dir(input_path, output_dir):
+    """The input's image files (list_images), once output_dir is made and would not take a
+    drawn copy's place over one of them; raises FileNotFoundError naming the flag."""
+    files = list_images(input_path)
+    target = os.path.realpath(output_dir)
+    for path in files:
+        name = os.path.basename(path)
+        if (os.path.realpath(os.path.dirname(path)) == target
+                and annotated_name(name) == name):
+            raise FileNotFoundError('--output_dir=%s holds the photos of --input, which the '
+                                    'drawn copies would overwrite; give another --output_dir'
+                                    % output_dir)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as error:
+        raise FileNotFoundError('--output_dir=%s cannot be made (%s); give a folder you can '
+                                'write' % (output_dir, error.strerror or error)) from None
+    return files
 
 
 def read_rgb(path, any_size=False):
@@ -158,8 +185,7 @@ def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=
     """Runs `predictor` on every image of input_path; returns the exit status. any_size:
     photos of any pixel count are read (see read_rgb); processed_names: a list that gets the
     file name of each photo predicted (those without a detection too)."""
-    files = list_images(input_path)
-    os.makedirs(output_dir, exist_ok=True)
+    files = check_output_dir(input_path, output_dir)
     results, skipped, latencies = [], [], []
     # A folder's progress (core/progress.py) on stdout, among the per-image lines.
     with progress.Progress('predicting', total=len(files), stream=sys.stdout,
@@ -187,9 +213,12 @@ def predict_files(predictor, names, input_path, output_dir, repeat=1, min_score=
                 sum(r['score'] >= min_score for r in rows), min_score))
             shown.update()
     processed = len(files) - len(skipped)
+    if not processed:
+        raise FileNotFoundError('no photo of --input=%s could be read (%d skipped, above); '
+                                'give photos PIL decodes' % (input_path, len(skipped)))
     atomic_file.write_json_atomically(os.path.join(output_dir, RESULTS_FILE), results,
                                       indent=None)
     _report_latency(latencies)
     print('processed %d image(s), skipped %d; wrote %s' % (
         processed, len(skipped), os.path.join(output_dir, RESULTS_FILE)))
-    return 0 if processed else 1
+    return 0

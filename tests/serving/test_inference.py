@@ -331,12 +331,22 @@ def test_predict_from_model_dir_and_nothing_readable(tiny_trained_run, tmp_path)
     (broken / 'a.jpg').write_bytes(b'not an image')
     result = run_python(['inference.py', 'predict', '--model_dir=%s' % tiny_trained_run,
                          '--input=%s' % broken, '--output_dir=%s' % (tmp_path / 'out')])
-    assert result.returncode != 0 and 'skipped' in result.stdout
+    assert_one_line_error(result, 'no photo of --input=%s could be read (1 skipped' % broken)
+    assert 'skipped' in result.stdout and not os.path.exists(tmp_path / 'out' / 'detections.json')
     picture = tmp_path / 'one.png'
     Image.fromarray(np.full([100, 150, 3], 200, np.uint8)).save(picture)
+    # Drawn copies over the photos themselves, and a missing annotations file: refused before
+    # the model loads.
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % tiny_trained_run,
+                         '--input=%s' % picture, '--output_dir=%s' % tmp_path])
+    assert_one_line_error(result, '--output_dir=%s holds the photos of --input' % tmp_path)
     result = run_python(['inference.py', 'predict', '--model_dir=%s' % tiny_trained_run,
                          '--input=%s' % picture, '--output_dir=%s' % (tmp_path / 'out'),
-                         '--repeat=3'])
+                         '--annotations_file=%s' % (tmp_path / 'nope.json')])
+    assert_one_line_error(result, '--annotations_file=%s does not exist' % (tmp_path / 'nope.json'))
+    result = run_python(['inference.py', 'predict', '--model_dir=%s' % tiny_trained_run,
+                         '--input=%s' % (tmp_path / '*.png'),
+                         '--output_dir=%s' % (tmp_path / 'out'), '--repeat=3'])
     assert result.returncode == 0, result.stdout[-5000:]
     assert 'latency per image' in result.stdout
     assert os.path.getsize(tmp_path / 'out' / 'one.png') > 0
@@ -374,6 +384,24 @@ def test_export_without_checkpoint_is_a_clear_error(tmp_path):
     result = run_python(['inference.py', 'export', '--model_dir=%s' % tmp_path,
                          '--export_dir=%s' % (tmp_path / 'x')])
     assert_one_line_error(result, 'config.yaml')
+
+
+@pytest.mark.slow  # inference.py up to its user error: TensorFlow's start-up.
+def test_an_export_replaces_only_an_earlier_export(tiny_trained_run, tmp_path):
+    """An export replaces its directory: the model_dir itself, a folder of photos or a file
+    is refused before anything is built, and left as it was."""
+    photos = tmp_path / 'photos'
+    photos.mkdir()
+    (photos / 'a.jpg').write_bytes(b'jpeg')
+    for target, said in ((tiny_trained_run, 'holds checkpoint, config.yaml, '),
+                         (str(photos), 'holds a.jpg, not an earlier export'),
+                         (str(photos / 'a.jpg'), 'is a file')):
+        before = sorted(os.listdir(target)) if os.path.isdir(target) else None
+        result = run_python(['inference.py', 'export', '--model_dir=%s' % tiny_trained_run,
+                             '--export_dir=%s' % target])
+        assert_one_line_error(result, 'export directory %s %s' % (target, said))
+        assert before is None or sorted(os.listdir(target)) == before
+    assert (photos / 'a.jpg').read_bytes() == b'jpeg'
 
 
 def test_label_text_contrasts_with_its_fill():

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.core import progress
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.data import tfrecord_framing
@@ -341,12 +342,19 @@ def evaluate_continuously(run):
         iterator = tf1.train.checkpoints_iterator(
             options.model_dir, min_interval_secs=options.min_eval_interval,
             timeout=options.eval_timeout)
+    evaluated = 0
     while True:
         checkpoint = _next_checkpoint(run, iterator)
         if checkpoint is None:
             logging.info('no new checkpoint within --eval_timeout=%s s; stopping',
                          options.eval_timeout)
+            if not evaluated:  # A one-shot evaluation of a typo'd or empty model_dir.
+                raise errors.UserError(
+                    'no checkpoint came to --model_dir=%s within --eval_timeout=%s s, so '
+                    'nothing was evaluated; give the model_dir a training writes (or wrote), '
+                    'or a longer --eval_timeout' % (options.model_dir, options.eval_timeout))
             return
+        evaluated += 1
         evaluate_checkpoint(run, checkpoint)
         if checkpoints.checkpoint_step(checkpoint) >= final_step:
             logging.info('evaluated the final step %d; stopping', final_step)

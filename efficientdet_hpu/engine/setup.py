@@ -162,12 +162,12 @@ def _check_model_dir(model_dir, saved, config):
 
 
 def _adopt_automl_config(model_dir, saved, config, explicit_keys):
-    """In an automl model_dir, automl's config.yaml decides every hparam the user did not set,
-    so evaluating its checkpoint reproduces automl's model and post-processing."""
+    """In an automl model_dir (or evaluating any), its config.yaml decides every hparam the user
+    did not set, so evaluating its checkpoint reproduces its model and post-processing."""
     values = hparams_config.flatten_keys(saved.as_dict())
     keep = set(explicit_keys) | {'mixed_precision'}  # --use_amp decides that one.
     config.override({key: value for key, value in values.items() if key not in keep})
-    logging.info('hparams from automl\'s %s (except those set: %s)',
+    logging.info('hparams from %s (except those set: %s)',
                  os.path.join(model_dir, 'config.yaml'), ', '.join(sorted(explicit_keys)) or 'none')
 
 
@@ -352,7 +352,9 @@ def _assemble_config(options, config, explicit_keys):
     """The hparams the user did not set, from the model_dir's automl config.yaml and the label
     map beside the shards; checks the model_dir fits. Returns (label_map, automl model_dir)."""
     saved, automl_dir = _read_model_dir_config(options.model_dir)
-    if automl_dir:
+    # An evaluation takes the model it evaluates from the config its training wrote, as for
+    # automl's model_dirs (a fine-tune's Lite0 is not the flags' default D0).
+    if automl_dir or (options.mode == 'eval' and saved is not None):
         _adopt_automl_config(options.model_dir, saved, config, explicit_keys)
     label_map, label_map_path = _find_label_map(options)
     _adopt_num_classes(config, explicit_keys, label_map, label_map_path)

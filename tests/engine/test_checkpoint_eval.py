@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tiny_engine
+from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.data import dataloader
 from efficientdet_hpu.evaluation import coco_metric
 from efficientdet_hpu.engine import bad_records
@@ -147,13 +148,14 @@ def test_evaluate_continuously_stops_after_the_final_step(trained, val_pattern, 
     assert tiny_engine.best_record(model_dir)['step'] == 5
 
 
-def test_without_a_checkpoint_evaluate_latest_warns_and_the_evaluator_times_out(val_pattern,
-                                                                               tmp_path):
+def test_without_a_checkpoint_the_evaluator_stops_in_one_line(val_pattern, tmp_path):
     model_dir = str(tmp_path / 'model')
     options = engine_options(model_dir, val_pattern, mode='eval', eval_timeout=1)
     with tiny_engine.log_lines() as logged, tiny_engine.tiny_run(options, TinyModel()) as run:
         assert evaluation.evaluate_latest(run) is None
-        evaluation.evaluate_continuously(run)
+        with pytest.raises(UserError, match=r'no checkpoint came to --model_dir=%s within '
+                           r'--eval_timeout=1 s, so nothing was evaluated' % model_dir):
+            evaluation.evaluate_continuously(run)
         # A checkpoint a training job rotated out before it was read: moved on from.
         assert evaluation.evaluate_checkpoint(
             run, os.path.join(model_dir, 'model.ckpt-3')) is None

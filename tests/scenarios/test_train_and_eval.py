@@ -68,6 +68,20 @@ def test_each_evaluation_equals_a_separate_eval_of_its_checkpoint(one_process_ru
         assert {key: record[key] for key in alone} == alone
 
 
+def test_an_evaluation_without_hparams_takes_the_model_from_config_yaml(one_process_run,
+                                                                        tiny_dataset, tmp_path):
+    """`main.py --mode=eval` with the data flags only (the README's evaluation, on a model
+    trained with other hparams, as a fine-tune's Lite0): the model_dir's config.yaml decides
+    the model, and the metrics are the training's own evaluation's."""
+    model_dir, _ = one_process_run
+    alone = evaluate_alone(model_dir, 6, tmp_path, lambda copy: run_main([
+        '--mode=eval', '--model_dir=%s' % copy, '--eval_batch_size=2',
+        '--validation_file_pattern=%s' % tiny_dataset['val_pattern'],
+        '--val_json_file=%s' % tiny_dataset['val_json'], '--eval_timeout=1',
+        '--min_eval_interval=0']))
+    assert alone == metrics(model_dir, 6)
+
+
 def test_the_run_says_where_its_wall_time_went(one_process_run):
     model_dir, output = one_process_run
     (record,) = _records(model_dir, 'wall_time')

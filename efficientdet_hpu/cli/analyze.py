@@ -55,6 +55,10 @@ def _inputs():
         raise AnalyzeError('no ground truth: pass --val_json_file=instances.json')
     dataset = coco_annotations.load_coco_json(truth)
     results = _by_file_name(results, dataset)
+    known = {image['id'] for image in dataset['images']}
+    if results and not any(row.get('image_id') in known for row in results):
+        raise AnalyzeError('no detection of %s is of a photo of %s (by image_id or file_name); '
+                           'pass the ground truth of the photos predicted' % (detections, truth))
     image_ids = evaluated.get('image_ids') or [image['id'] for image in dataset['images']]
     setup = None
     config_path = os.path.join(FLAGS.model_dir, 'config.yaml') if FLAGS.model_dir else None

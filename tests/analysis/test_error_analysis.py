@@ -217,6 +217,14 @@ def test_analyze_counts_every_detection_of_a_tiled_whole_photo(tmp_path):
     assert every['errors']['missed']['count'] == 0
     capped = analyze()
     assert capped['errors']['missed']['count'] == 50
+    # Rows of other photos (another split's predictions): one line, not AP 0 and every
+    # detection dropped.
+    detections.write_text(json.dumps([{'image_id': 7, 'file_name': 'other.png',
+                                       'category_id': 1, 'bbox': trees[0], 'score': 0.9}]))
+    result = run_python(['-m', 'efficientdet_hpu.cli.analyze', '--detections_json=%s'
+                         % detections, '--val_json_file=%s' % truth,
+                         '--output_dir=%s' % (tmp_path / 'other')])
+    assert_one_line_error(result, 'no detection of %s is of a photo of %s' % (detections, truth))
 
 
 def test_dense_photos_are_drawn_without_tags():

@@ -47,7 +47,9 @@ LAYERS = ('core', 'ops', 'config', 'runtime', 'data', 'analysis', 'evaluation', 
 EXPORTS = {'Detector': 'efficientdet_hpu.serving.python_api',
            'Detections': 'efficientdet_hpu.serving.results',
            'train': 'efficientdet_hpu.cli.training_run',
-           'TrainingRun': 'efficientdet_hpu.cli.training_run'}
+           'TrainingRun': 'efficientdet_hpu.cli.training_run',
+           'UserError': 'efficientdet_hpu.core.errors',
+           'InferenceError': 'efficientdet_hpu.core.errors'}
 __all__ = ['LAYERS'] + sorted(EXPORTS)
 
 

@@ -183,7 +183,8 @@ COMMANDS = {'export': run_export, 'predict': run_predict}
 def main(argv):
     errors.check_command(argv, COMMANDS)
     if len(argv) != 2 or argv[1] not in COMMANDS:
-        raise app.UsageError('usage: inference.py {%s} --flags...' % ','.join(COMMANDS))
+        return errors.fail('inference.py', 'give one command: inference.py {%s} --flags...'
+                           % ','.join(COMMANDS))
     tf_env.quiet_python_logging(FLAGS.verbose)
     try:
         return COMMANDS[argv[1]]()

@@ -25,6 +25,12 @@ class UserError(Exception):
     """Base of the errors that are the user's to fix: flags, data, paths, devices."""
 
 
+class InferenceError(UserError, ValueError):
+    """A user mistake in prediction or export (missing model_dir files, bad paths or inputs);
+    the message names the fix (serving/model_spec.py raises it; defined here, without
+    TensorFlow, so that `except efficientdet_hpu.InferenceError` loads nothing)."""
+
+
 def verbose_requested(argv=None):
     """--verbose on the command line; read before flags are parsed (TensorFlow's log level
     must be chosen before TensorFlow is imported)."""

@@ -8,14 +8,12 @@ from absl import logging
 
 from efficientdet_hpu.config import hparams_config
 from efficientdet_hpu.config import recipe
-from efficientdet_hpu.core.errors import UserError
+from efficientdet_hpu.core.errors import InferenceError  # Defined without TensorFlow.
 from efficientdet_hpu.data import label_map as label_map_lib
 from efficientdet_hpu.checkpoints import checkpoint_integrity
 from efficientdet_hpu.checkpoints import checkpoints
 
 
-class InferenceError(UserError, ValueError):
-    """A user mistake (missing model_dir files, bad paths); the message names the fix."""
 
 
 @dataclasses.dataclass

@@ -225,9 +225,12 @@ def test_importing_the_package_loads_no_tensorflow():
             'print(sorted(efficientdet_hpu.__all__))\n')
     result = run_process([sys.executable, '-c', code], timeout=60, stderr=subprocess.PIPE)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["['Detections',", "'Detector',", "'LAYERS',",
-                                     "'TrainingRun',", "'train']"]
+    assert result.stdout.split() == ["['Detections',", "'Detector',", "'InferenceError',",
+                                     "'LAYERS',", "'TrainingRun',", "'UserError',", "'train']"]
     assert efficientdet_hpu.Detector is python_api.Detector
+    assert issubclass(efficientdet_hpu.InferenceError, efficientdet_hpu.UserError)
+    with pytest.raises(efficientdet_hpu.InferenceError, match='no such file or directory'):
+        efficientdet_hpu.Detector('/nonexistent/model_dir')
     assert efficientdet_hpu.train is training_run.train
     with pytest.raises(AttributeError, match="has no attribute 'Detectr'"):
         efficientdet_hpu.Detectr  # pylint: disable=pointless-statement

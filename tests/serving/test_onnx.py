@@ -15,7 +15,7 @@ from efficientdet_hpu.serving import onnx_runner
 from efficientdet_hpu.serving import tflite_export
 from efficientdet_hpu.serving import tflite_runner
 import tfrecord_fixtures as fixtures
-from cli_runs import TINY_HPARAMS, assert_one_line_error, run_python
+from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_python
 
 ONNX_FILE = 'model_fp32.onnx'
 
@@ -141,6 +141,11 @@ def test_predict_onnx_writes_what_the_saved_model_writes(exported, tiny_dataset,
                         box_atol=0.011)
 
 
+# Photos on any machine (docs/'s PNGs): predict refuses an --input without one before
+# the model loads, so the model's error is only seen with real photos.
+PHOTOS = '--input=' + os.path.join(REPO, 'docs')
+
+
 @pytest.mark.slow
 def test_bench_prints_an_onnx_line():
     result = run_python(['bench.py', 'infer', '--random_weights', '--source=random',
@@ -154,7 +159,7 @@ def test_bench_prints_an_onnx_line():
 
 @pytest.mark.slow  # inference.py/bench.py up to its user error: TensorFlow's start-up.
 @pytest.mark.parametrize('args, needle', [
-    (['inference.py', 'predict', '--onnx=/nonexistent/model_fp32.onnx', '--input=/tmp',
+    (['inference.py', 'predict', '--onnx=/nonexistent/model_fp32.onnx', PHOTOS,
       '--output_dir=/tmp/x'], 'inference.py: error: --onnx=/nonexistent/model_fp32.onnx '
      'does not exist; create it with `python inference.py export --formats=onnx_fp32`'),
     (['inference.py', 'export', '--model_dir=/nonexistent', '--export_dir=/tmp/x',
@@ -171,7 +176,7 @@ def test_bad_onnx_inputs_are_one_line_and_exit_2(args, needle):
 def test_onnx_file_without_metadata_is_one_line(tmp_path):
     (tmp_path / ONNX_FILE).write_bytes(b'')
     result = run_python(['inference.py', 'predict', '--onnx=%s' % (tmp_path / ONNX_FILE),
-                         '--input=/tmp', '--output_dir=%s' % (tmp_path / 'out')])
+                         PHOTOS, '--output_dir=%s' % (tmp_path / 'out')])
     assert_one_line_error(result, starts_with='inference.py: error: %s does not exist: %s of '
                           '`python inference.py export --formats=onnx_fp32` needs the tflite.json'
                           % (tmp_path / tflite_runner.METADATA_FILE, ONNX_FILE))
@@ -183,7 +188,7 @@ def test_missing_onnxruntime_names_the_pip_command(exported, tmp_path):
     shadow.mkdir(parents=True)
     (shadow / '__init__.py').write_text("raise ImportError('no onnxruntime here')\n")
     result = run_python(['inference.py', 'predict', '--onnx=%s' % exported['onnx'],
-                         '--input=/tmp', '--output_dir=%s' % (tmp_path / 'out')],
+                         PHOTOS, '--output_dir=%s' % (tmp_path / 'out')],
                         env={'PYTHONPATH': str(tmp_path / 'shadow')})
     assert_one_line_error(result, 'pip install onnxruntime==1.20.1', starts_with=(
         'inference.py: error: running an ONNX export needs the onnxruntime package'))

@@ -16,7 +16,7 @@ from efficientdet_hpu.serving import detector
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import tflite_runner
 import tfrecord_fixtures as fixtures
-from cli_runs import TINY_HPARAMS, assert_one_line_error, run_python
+from cli_runs import REPO, TINY_HPARAMS, assert_one_line_error, run_python
 
 CATEGORY_IDS = {3, 17, 42, 90}  # The synthetic data's label map.
 
@@ -147,6 +147,11 @@ def test_predict_tflite_writes_detections_json(exported, tiny_dataset, tmp_path)
                                                      'cross'}
 
 
+# Photos on any machine (docs/'s PNGs): predict refuses an --input without one before
+# the model loads, so the model's error is only seen with real photos.
+PHOTOS = '--input=' + os.path.join(REPO, 'docs')
+
+
 @pytest.mark.slow
 def test_bench_prints_one_line_per_format():
     formats = ['saved_model', 'tflite_fp32', 'tflite_fp16', 'tflite_int8']
@@ -167,7 +172,7 @@ def test_bench_prints_one_line_per_format():
      'bench.py: error: --formats=saved_model,onnx: unknown format onnx; choose from'),
     (['inference.py', 'export', '--model_dir=/nonexistent', '--export_dir=/tmp/x',
       '--formats=tflite'], 'inference.py: error: --formats=tflite: unknown format tflite'),
-    (['inference.py', 'predict', '--tflite=/nonexistent/model.tflite', '--input=/tmp',
+    (['inference.py', 'predict', '--tflite=/nonexistent/model.tflite', PHOTOS,
       '--output_dir=/tmp/x'], 'inference.py: error: --tflite=/nonexistent/model.tflite '
      'does not exist'),
 ])

@@ -31,6 +31,7 @@ import threading
 import time
 import typing
 
+from efficientdet_hpu.core import tf_env  # noqa: F401  (before anything imports tensorflow)
 from efficientdet_hpu.core import processes
 from efficientdet_hpu.core.errors import UserError
 from efficientdet_hpu.checkpoints import checkpoints

@@ -103,6 +103,7 @@ def table(record) -> list:
         ('TFLite', record['tflite'] or 'not written: %s' % record['tflite_error']),
         ('error analysis', record['analysis']),
         ('picture', record['picture']),
+        ('from Python', "Detector(%r).predict(photos)" % os.path.dirname(record['model_dir'])),
         ('rerun the training', 'python main.py --hparams=%s --model_dir=%s' % (
             record['plan'], record['model_dir'])),
     ]

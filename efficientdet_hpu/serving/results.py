@@ -8,6 +8,7 @@ import os
 import numpy as np
 from PIL import Image
 
+from efficientdet_hpu.core.errors import InferenceError
 from efficientdet_hpu.serving import predict
 from efficientdet_hpu.serving import visualize
 
@@ -70,6 +71,11 @@ class Detections:
 
     def save(self, path, min_score=DEFAULT_DRAW_SCORE):
         """Writes draw() to `path` (format from its extension: .jpg, .png, ...); returns path."""
+        path = os.fspath(path)
+        written = Image.registered_extensions().get(os.path.splitext(path)[1].lower())
+        if written not in Image.SAVE:
+            raise InferenceError('save(%r): name an image file PIL can write, such as '
+                                 "'photo.jpg' or 'photo.png'" % path)
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         visualize.save_image(self.draw(min_score), path)

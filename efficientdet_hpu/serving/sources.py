@@ -58,6 +58,9 @@ def _arrays_of(array):
             'an array of shape %s and dtype %s is not an image: predict takes uint8 RGB '
             'pixels [H, W, 3] or a batch [N, H, W, 3] (0-255; e.g. np.asarray(pil_image.'
             "convert('RGB')))" % (tuple(array.shape), array.dtype))
+    if 0 in array.shape[-3:-1]:
+        raise InferenceError('an array of shape %s is an image without pixels; pass one of at '
+                             'least 1 x 1' % (tuple(array.shape),))
     return list(array) if array.ndim == 4 else [array]
 
 

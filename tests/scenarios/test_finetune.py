@@ -152,6 +152,31 @@ def test_a_voc_folder_of_large_photos_end_to_end_in_tiles(voc_run):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
+def test_the_output_folder_is_a_detector_that_tiles_as_the_plan(voc_run):
+    """Detector(output_dir) from Python: the checkpoint the fine-tune evaluated, its tiles and
+    class names give the rows of its own evaluation (evaluation/detections.json)."""
+    import efficientdet_hpu  # pylint: disable=import-outside-toplevel
+    result, out, _ = voc_run
+    assert "from Python                Detector(%r).predict(photos)" % out in result.stdout
+    with open(os.path.join(out, 'evaluation', 'detections.json')) as stream:
+        expected = [dict(row, image_id=None) for row in json.load(stream)]
+    with open(os.path.join(out, 'summary.json')) as stream:
+        checkpoint = json.load(stream)['checkpoint']
+    with efficientdet_hpu.Detector(out) as detector:
+        assert detector.format == 'finetune' and detector.tiles == (128, 25)
+        assert detector.checkpoint.startswith(checkpoint)  # model/best, as evaluated.
+        assert set(detector.names.values()) == {'red', 'blue'}  # make_voc's classes.
+        assert 'tiles of 128 px' in repr(detector)
+        found = detector.predict(os.path.join(out, 'data', 'val_photos'), score_threshold=0)
+        whole = detector.predict(os.path.join(out, 'data', 'val_photos'), score_threshold=0,
+                                 tile_size=0)
+    rows = [dict(row, image_id=None) for one in found for row in one.to_coco()]
+    assert len(rows) > 10 and rows == expected
+    assert [dict(row, image_id=None) for one in whole for row in one.to_coco()] != expected
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_yolo_folder_end_to_end(yolo_run):
     _check_run(yolo_run, 'YOLO: classes.txt, 5 photos, 2 classes, 15 boxes')
 

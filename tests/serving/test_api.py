@@ -165,6 +165,39 @@ def test_checkpoint_choice(tiny_trained_run, run_detector, photos):
     with pytest.raises(InferenceError, match=r"best does not exist; evaluation keeps .* use "
                                              r"checkpoint='latest'"):
         efficientdet_hpu.Detector(tiny_trained_run, checkpoint='best')
+    # A step as text and a prefix relative to the run name the same checkpoint.
+    for named in ('0', 'model.ckpt-0'):
+        with efficientdet_hpu.Detector(tiny_trained_run, checkpoint=named) as same:
+            assert same.checkpoint == os.path.join(tiny_trained_run, 'model.ckpt-0')
+            assert np.array_equal(same.predict(path, score_threshold=0)[0].scores,
+                                  at_0.scores)
+    with pytest.raises(InferenceError) as error:
+        efficientdet_hpu.Detector(tiny_trained_run, checkpoint=7)
+    assert str(error.value) == ("checkpoint=7: no checkpoint %s/model.ckpt-7; %s holds steps "
+                                "0, 2 (pass a step, 'latest' or 'best')"
+                                % (tiny_trained_run, tiny_trained_run))
+    with pytest.raises(InferenceError, match=r"^label_map='gone.json': no such file; pass a "
+                                             r"label map JSON"):
+        efficientdet_hpu.Detector(tiny_trained_run, label_map='gone.json')
+
+
+def test_a_run_without_a_checkpoint_and_an_unfinished_finetune_are_one_line(tiny_trained_run,
+                                                                            tmp_path):
+    untrained = tmp_path / 'untrained'
+    untrained.mkdir()
+    shutil.copy(os.path.join(tiny_trained_run, 'config.yaml'), untrained)
+    with pytest.raises(InferenceError, match=r'untrained holds no checkpoint yet; train into '
+                                             r'it first \(a fine-tune: rerun its command\)$'):
+        efficientdet_hpu.Detector(untrained)
+    finetune = tmp_path / 'finetune'
+    finetune.mkdir()
+    (finetune / 'plan.json').write_text('{}')
+    with pytest.raises(InferenceError, match=r"a fine-tune that has not trained yet \(no "
+                                             r"model/config.yaml\); rerun its finetune.py"):
+        efficientdet_hpu.Detector(finetune)
+    shutil.copytree(untrained, finetune / 'model')
+    with pytest.raises(InferenceError, match='model holds no checkpoint yet'):
+        efficientdet_hpu.Detector(finetune)
 
 
 def test_paths_that_are_no_model_are_one_line(tmp_path):
@@ -192,6 +225,31 @@ def test_paths_that_are_no_model_are_one_line(tmp_path):
         assert 'SavedModel directory, or a .tflite or .onnx file' in message
     with pytest.raises(InferenceError, match='apply to a training run directory'):
         efficientdet_hpu.Detector(tmp_path / 'export', checkpoint='best')
+
+
+def test_arguments_out_of_range_are_one_line(run_detector, photos, tmp_path):
+    path = _jpegs(photos)[0]
+    for keywords, message in (
+            ({'score_threshold': '0.5'}, "score_threshold='0.5'): a number from 0 to 1"),
+            ({'score_threshold': None}, 'score_threshold=None): a number from 0 to 1'),
+            ({'max_detections': -1}, 'max_detections=-1): None or an int >= 1'),
+            ({'max_detections': 0}, 'max_detections=0): None or an int >= 1'),
+            ({'tile_size': -5}, 'tile_size=-5): None, 0 (whole images) or an int of pixels'),
+            ({'tile_size': 64.0}, 'tile_size=64.0): None, 0 (whole images) or an int'),
+            ({'tile_size': 64, 'tile_batch_size': 0}, 'tile_batch_size=0): an int >= 1')):
+        with pytest.raises(InferenceError) as error:
+            run_detector.predict(path, **keywords)
+        assert str(error.value).startswith('predict(' + message), error.value
+    with pytest.raises(InferenceError, match=r'^an array of shape \(0, 0, 3\) is an image '
+                                             r'without pixels'):
+        run_detector.predict(np.zeros((0, 0, 3), np.uint8))
+    (result,) = run_detector.predict(path, max_detections=np.int64(3), score_threshold=0)
+    assert len(result) == 3
+    with pytest.raises(InferenceError, match=r"^save\('.*noext'\): name an image file PIL "
+                                             r"can write, such as 'photo.jpg'"):
+        result.save(str(tmp_path / 'noext'))
+    assert not os.path.exists(tmp_path / 'noext')
+    assert os.path.isfile(result.save(tmp_path / 'drawn.png'))  # A pathlib.Path works too.
 
 
 def test_sources_expand_and_refuse(tmp_path):
@@ -304,14 +362,20 @@ def test_docs_examples_run_as_written(tiny_trained_run, tiny_dataset, exported, 
     assert len(trains) == 1 and len(runnable) >= 7
     _run_dir_view(tiny_trained_run, tmp_path / 'runs' / 'demo', best='model.ckpt-2')
     os.symlink(exported, tmp_path / 'runs' / 'demo' / 'saved_model')
+    # A fine-tune's output folder: its plan and its main.py run (finetune/runner.py's Layout).
+    _run_dir_view(tiny_trained_run, tmp_path / 'runs' / 'mine' / 'model', best='model.ckpt-2')
+    (tmp_path / 'runs' / 'mine' / 'plan.json').write_text(json.dumps(
+        {'tile_size': 64, 'tile_overlap': 8}))
     val = os.path.join(tiny_dataset['root'], 'val')
     names = sorted(os.listdir(val))
     shutil.copy(os.path.join(val, names[0]), tmp_path / 'photo.jpg')
     (tmp_path / 'photos').mkdir()
     for name in names[1:3]:
         shutil.copy(os.path.join(val, name), tmp_path / 'photos' / name)
-    output = _run_example('\n'.join(runnable), tmp_path)
+    output = _run_example('\n'.join(runnable) + '\nprint(tuned)', tmp_path)
     assert "model_dir, checkpoint model.ckpt-2" in output
+    assert ('<Detector runs/mine (finetune, checkpoint model/best/model.ckpt-2, tiles of 64 px)'
+            in output)
     assert sorted(os.listdir(tmp_path / 'out')) == sorted(names[1:3] + ['detections.json'])
     with open(tmp_path / 'out' / 'detections.json') as f:
         rows = json.load(f)

@@ -113,8 +113,8 @@ def test_each_refusals_fix_followed_and_rerun_goes_on(tmp_path):
     minutes = int(re.search(r'give at least (\d+)$', line).group(1))
     # The minutes it names: the data and the plan are made, the converter finds the photo.
     result = _finetune(data, out, weights, val, minutes, timeout=900)
-    assert_one_line_error(result, 'broken.jpg', 'remove it from --data=%s (the photo and its '
-                          'annotations), then rerun the same command' % data)
+    assert_one_line_error(result, 'broken.jpg', 'Re-export or remove it from --data=%s. Then '
+                          'rerun the same command: the changed folder is read again.' % data)
     assert 'efficientnet-lite0-57934424.pth (--backbone_ckpt' in result.stdout
     # The photo taken out of the folder: its label file is named, and deleted.
     os.remove(os.path.join(data, 'images', 'broken.jpg'))

@@ -16,7 +16,16 @@ from efficientdet_hpu.data.coco_annotations import ConversionError
 JPEG_QUALITY = 95
 _ALPHA_MODES = ('RGBA', 'LA', 'PA', 'RGBa', 'La')
 _EXIF_ORIENTATION_TAG = 0x0112
-_EXIF_TRANSPOSING = (5, 6, 7, 8)  # Orientations that swap width and height.
+EXIF_TRANSPOSING = (5, 6, 7, 8)  # Orientations that swap width and height.
+# The fix for a photo stored rotated whose annotations are of its upright view; the caller
+# ends it with what holds them ('annotations', 'XML', 'labels').
+UPRIGHT_FIX = 'save the photo upright (exiftran -ai, or PIL ImageOps.exif_transpose) and keep its '
+
+
+def exif_orientation(path: str) -> int:
+    """The photo's EXIF orientation, 1 (as stored) where it has none."""
+    with Image.open(path) as image:
+        return image.getexif().get(_EXIF_ORIENTATION_TAG, 1) or 1
 
 
 def _is_baseline_rgb_jpeg(image: Image.Image) -> bool:
@@ -49,11 +58,10 @@ def to_rgb(image: Image.Image) -> Image.Image:
 def _size_mismatch_message(path: str, image: Image.Image, json_size, json_path: str) -> str:
     width, height = image.size
     orientation = image.getexif().get(_EXIF_ORIENTATION_TAG)
-    if orientation in _EXIF_TRANSPOSING and tuple(json_size) == (height, width):
+    if orientation in EXIF_TRANSPOSING and tuple(json_size) == (height, width):
         fix = (f'The file has EXIF orientation {orientation} (a 90-degree rotation): the sizes, '
                f'and so the boxes, are of the upright view, the stored pixels are not rotated. '
-               f'Save the photo upright (exiftran -ai, or PIL ImageOps.exif_transpose) and '
-               f'keep its annotations.')
+               f'{UPRIGHT_FIX[0].upper()}{UPRIGHT_FIX[1:]}annotations.')
     else:
         fix = (f'Boxes would be misplaced: correct the width and height of the image in '
                f'{json_path} if its boxes were drawn on these pixels, else re-export the photo '

@@ -30,6 +30,7 @@ from PIL import Image
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.data import image_codec
 
 FLAGS = flags.FLAGS
 
@@ -111,16 +112,6 @@ def read_image_size(path: str, error_class=None, where: str = '') -> tuple:
                                         (where, path, error)) from None
 
 
-UPRIGHT_FIX = 'save the photo upright (exiftran -ai, or PIL ImageOps.exif_transpose) and keep its '
-_TRANSPOSING = (5, 6, 7, 8)  # EXIF orientations that swap width and height.
-
-
-def exif_orientation(path: str) -> int:
-    """The photo's EXIF orientation, 1 (as stored) where it has none."""
-    with Image.open(path) as image:
-        return image.getexif().get(0x0112, 1) or 1
-
-
 def check_image(voc: VocImage, image_dir: str) -> None:
     """Raises VocError when the image is missing or its size differs from the XML's <size>."""
     path = os.path.join(image_dir, voc.file_name)
@@ -129,12 +120,12 @@ def check_image(voc: VocImage, image_dir: str) -> None:
                        'directory that holds it' % (voc.xml_path, voc.file_name, image_dir))
     size = read_image_size(path, VocError, voc.xml_path + ': ')
     if size != (voc.width, voc.height):
-        orientation = exif_orientation(path)
-        if orientation in _TRANSPOSING and size == (voc.height, voc.width):
+        orientation = image_codec.exif_orientation(path)
+        if orientation in image_codec.EXIF_TRANSPOSING and size == (voc.height, voc.width):
             raise VocError('%s: <size> says %dx%d, the upright view of %s (EXIF orientation %d), '
                            'whose pixels are stored %dx%d, so the boxes would be misplaced; %s'
                            % (voc.xml_path, voc.width, voc.height, path, orientation, size[0],
-                              size[1], UPRIGHT_FIX + 'XML'))
+                              size[1], image_codec.UPRIGHT_FIX + 'XML'))
         raise VocError('%s: <size> says %dx%d but %s is %dx%d; fix the XML <size>' %
                        (voc.xml_path, voc.width, voc.height, path, size[0], size[1]))
 

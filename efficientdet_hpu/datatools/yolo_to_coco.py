@@ -44,6 +44,7 @@ import yaml
 from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import command_help
 from efficientdet_hpu.core import errors
+from efficientdet_hpu.data import image_codec
 from efficientdet_hpu.datatools import voc_to_coco
 
 FLAGS = flags.FLAGS
@@ -231,11 +232,11 @@ def read_labels(path: str, num_classes: int, width: int, height: int,
 def image_size(path: str) -> Tuple[int, int]:
     """(width, height) as stored; an EXIF rotation or mirroring is an error (see above)."""
     size = voc_to_coco.read_image_size(path, YoloError)
-    orientation = voc_to_coco.exif_orientation(path)
+    orientation = image_codec.exif_orientation(path)
     if orientation != 1:
         raise YoloError('%s: EXIF orientation %s: the labels refer to the upright view but the '
                         'converter stores the pixels as they are, so the boxes would be '
-                        'misplaced; %s' % (path, orientation, voc_to_coco.UPRIGHT_FIX + 'labels'))
+                        'misplaced; %s' % (path, orientation, image_codec.UPRIGHT_FIX + 'labels'))
     return size
 
 

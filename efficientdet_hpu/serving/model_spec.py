@@ -14,8 +14,6 @@ from efficientdet_hpu.checkpoints import checkpoint_integrity
 from efficientdet_hpu.checkpoints import checkpoints
 
 
-
-
 @dataclasses.dataclass
 class ModelSpec:
     """What an inference graph is built from."""

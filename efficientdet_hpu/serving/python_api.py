@@ -153,13 +153,9 @@ def finetune_model(path, checkpoint=None):
 
 def open_predictor(path, kind, checkpoint=None, hparams='', label_map=None):
     """(predictor, {category_id: name}, checkpoint prefix or None) of a sniffed path."""
-    if kind not in ('model_dir', FINETUNE) and (checkpoint not in (None, 'latest') or hparams
-                                                 or label_map):
+    if kind != 'model_dir' and (checkpoint not in (None, 'latest') or hparams or label_map):
         raise InferenceError('checkpoint, hparams and label_map apply to a training run '
                              'directory; %s is a %s export' % (path, kind))
-    if kind == FINETUNE:
-        model_dir, checkpoint, _ = finetune_model(path, checkpoint)
-        return _open_model_dir(model_dir, checkpoint, hparams, label_map)
     if kind == 'model_dir':
         return _open_model_dir(path, checkpoint, hparams, label_map)
     if kind == 'saved_model':
@@ -231,10 +227,12 @@ class Detector:
         tf_env.quiet_python_logging(verbose)
         self.path = os.fspath(path)
         self.format = sniff(self.path)
-        self.tiles = (finetune_model(self.path)[2] if self.format == FINETUNE
-                      else (None, None))
+        model, kind, self.tiles = self.path, self.format, (None, None)
+        if kind == FINETUNE:  # Its model/ is a training run directory.
+            model, checkpoint, self.tiles = finetune_model(self.path, checkpoint)
+            kind = 'model_dir'
         self._predictor, self.names, self.checkpoint = open_predictor(
-            self.path, self.format, checkpoint, hparams, label_map)
+            model, kind, checkpoint, hparams, label_map)
         if self.checkpoint:
             logging.info('Detector: %s, checkpoint %s', self.path, self.checkpoint)
 

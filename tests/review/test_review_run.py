@@ -3,6 +3,7 @@ small objects (the plan tiles them: 128 px tiles for the tiny network), 2 folds 
 the records each fold's model trained on never hold a photo that model predicted (read back
 from the TFRecords themselves), the photos were predicted whole in tiles, the outputs are
 there and readable, and a rerun is done at once."""
+import csv
 import json
 import os
 import re
@@ -144,23 +145,38 @@ def test_a_rerun_is_done_at_once(run):
     assert again.returncode == 0 and 'review done earlier' in again.stdout, again.stdout[-3000:]
 
 
+def _listed(path):
+    """issues.csv's rows as (image, kind, label_id, box) -> score."""
+    with open(path, newline='') as stream:
+        return {(row['image'], row['kind'], row['label_id'], row['x1'], row['y1'], row['x2'],
+                 row['y2']): float(row['score']) for row in csv.DictReader(stream)}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_another_threshold_lists_anew_from_the_same_folds(run):
-    """--threshold only cuts the list: a finished review asked again with another is listed
-    anew from the folds' predictions, no fold trained again."""
+    """--threshold only cuts the list: a finished review asked again with a lower one is listed
+    anew from the folds' predictions, no fold trained again: the rows scoring at or under it and
+    no other (a badloc row may come in where the swap row of its label went out)."""
     _, out, data = run
-    with open(os.path.join(out, 'review', 'issues.csv')) as stream:
-        before = len(stream.readlines())
+    listed = os.path.join(out, 'review', 'issues.csv')
+    before = _listed(listed)
+    scores = sorted(set(before.values()))
+    assert len(scores) > 1, scores  # The folds' models score labels apart.
+    middle = len(scores) // 2  # Halfway between two printed scores: no row sits on it.
+    threshold = (scores[middle - 1] + scores[middle]) / 2
     again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
-                        '--steps=2', '--hparams=%s' % TINY_HPARAMS, '--threshold=1'],
+                        '--steps=2', '--hparams=%s' % TINY_HPARAMS, '--threshold=%r' % threshold],
                        timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert '(the review listed at 0.6): listed anew' in again.stdout
     assert 'training 2 steps' not in again.stdout and 'review done in' in again.stdout
-    with open(os.path.join(out, 'review', 'issues.csv')) as stream:
-        assert len(stream.readlines()) > before  # Every label and photo scores at most 1.
-    assert _json(os.path.join(out, 'review', 'summary.json'))['threshold'] == 1
+    after = _listed(listed)
+    assert 0 < len(after) < len(before)
+    assert max(after.values()) < threshold
+    kept = {key for key, score in before.items() if score < threshold and key[1] != 'badloc'}
+    assert kept == {key for key in after if key[1] != 'badloc'}
+    assert _json(os.path.join(out, 'review', 'summary.json'))['threshold'] == threshold
 
 
 @pytest.mark.slow

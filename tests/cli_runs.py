@@ -5,6 +5,7 @@ Plain functions imported by the test modules; fixtures live in conftest.py.
 """
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -82,11 +83,27 @@ def signalled(process, signals, gap, wait_seconds, pids, settle_seconds=10):
             processes.kill_tree(pid)
 
 
+def stops_end_the_commands():
+    """A test run stopped by SIGTERM or SIGHUP (a CI's deadline, `kill`, a closed terminal)
+    takes what its tests started with it: each command runs in a session of its own (above),
+    which a signal to pytest or its process group does not reach. The signal's handler kills
+    every process below this one (xdist's workers, the commands and their sessions), then ends
+    this process by the same signal. Ctrl-C needs none: KeyboardInterrupt unwinds through the
+    commands' waits, which kill them on leaving."""
+    def on_stop(signum, _frame):
+        processes.kill_descendants()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) == signal.SIG_DFL:
+            signal.signal(number, on_stop)
+
+
 def still_running(pids, seconds):
     """Those of `pids` that have not ended (a zombie has) within `seconds`."""
     end = time.monotonic() + seconds
     while True:
-        running = processes._processes()  # pylint: disable=protected-access
+        running = processes.process_table()
         left = [pid for pid in pids if pid in running]
         if not left or time.monotonic() >= end:
             return left

@@ -22,7 +22,7 @@ import threading
 import pytest
 
 import session_cache
-from cli_runs import run_main, run_python, tiny_flags, two_rank_flags
+from cli_runs import run_main, run_python, stops_end_the_commands, tiny_flags, two_rank_flags
 
 pytest_plugins = ['deadlines']  # A deadline per test, every thread's stack when it passes.
 
@@ -49,6 +49,7 @@ def pytest_configure(config):  # pylint: disable=unused-argument
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    stops_end_the_commands()
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -191,26 +191,33 @@ def kill_session(pid):
     start_new_session=True): the child and whatever it started that did not leave the
     session (a daemon that called setsid() did)."""
     for _ in range(3):  # A process that forked while a pass was killing is caught by the next.
-        members = [member for member, (_, _, session) in _processes().items() if session == pid]
+        members = [member for member, (_, _, session) in process_table().items()
+                   if session == pid]
         for member in members:
             _kill(member)
         if not members:
             return
 
 
-def kill_tree(pid):
-    """SIGKILLs `pid` (not yet reaped), every process below it and their process groups: mpirun
-    and its ranks, which Open MPI puts in process groups of their own inside the caller's
-    session (so kill_session cannot be used: it would kill the caller's shell)."""
-    table = _processes()
+def _below(table, pid):
+    """The processes below `pid` in `table` (process_table()), by parent."""
     children = {}
     for member, (parent, _, _) in table.items():
         children.setdefault(parent, []).append(member)
-    found, todo = [pid], [pid]
+    found, todo = [], [pid]
     while todo:
         below = children.get(todo.pop(), [])
         found += below
         todo += below
+    return found
+
+
+def kill_tree(pid):
+    """SIGKILLs `pid` (not yet reaped), every process below it and their process groups: mpirun
+    and its ranks, which Open MPI puts in process groups of their own inside the caller's
+    session (so kill_session cannot be used: it would kill the caller's shell)."""
+    table = process_table()
+    found = [pid] + _below(table, pid)
     groups = {table[member][1] for member in found if member in table} - {os.getpgrp()}
     for member in found:
         _kill(member)
@@ -221,6 +228,23 @@ def kill_tree(pid):
             pass
 
 
+def kill_descendants():
+    """SIGKILLs every process below this one and every process of the sessions they lead: the
+    commands it started in sessions of their own and what they left there (a child whose
+    parent ended is no longer below it)."""
+    for _ in range(3):  # A process that forked while a pass was killing is caught by the next.
+        table = process_table()
+        below = _below(table, os.getpid())
+        leaders = {member for member in below if table[member][2] == member}
+        members = set(below) | {member for member, (_, _, session) in table.items()
+                                if session in leaders}
+        members.discard(os.getpid())
+        for member in members:
+            _kill(member)
+        if not members:
+            return
+
+
 def _kill(pid):
     try:
         os.kill(pid, signal.SIGKILL)
@@ -228,7 +252,7 @@ def _kill(pid):
         pass
 
 
-def _processes():
+def process_table():
     """{pid: (parent, process group, session)} of the processes that are not zombies (/proc)."""
     table = {}
     for entry in filter(str.isdigit, os.listdir('/proc')):

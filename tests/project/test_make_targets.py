@@ -142,15 +142,14 @@ def test_a_stop_signal_to_make_demo_reaches_training_once(venv, tmp_path, signum
 
 
 def _session(session_id):
-    # pylint: disable=protected-access
-    return [pid for pid, (_, _, session) in processes._processes().items()
+    return [pid for pid, (_, _, session) in processes.process_table().items()
             if session == session_id]
 
 
 def _gone(pids, seconds=10):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        if not set(pids) & set(processes._processes()):  # pylint: disable=protected-access
+        if not set(pids) & set(processes.process_table()):
             return True
         time.sleep(0.1)
     return False

@@ -28,8 +28,7 @@ STOP_SECONDS = 180  # From the signal to the end of every process of the run (a 
 
 def _tree(root):
     """root and every process below it (/proc), whatever session or group they are in."""
-    # pylint: disable=protected-access
-    table = processes._processes()
+    table = processes.process_table()
     found, todo = [root], [root]
     while todo:
         below = [pid for pid, (parent, _, _) in table.items() if parent == todo[-1]]

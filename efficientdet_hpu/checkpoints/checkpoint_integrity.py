@@ -120,19 +120,20 @@ def recover(model_dir):
                                                    os.path.basename(intact))
 
 
-def check_for_reading(checkpoint, flag=None):
+def check_for_reading(checkpoint, argument=None):
     """Raises CheckpointError naming `checkpoint` when it is damaged (evaluation, export);
-    the message names the newest intact checkpoint beside it, if any: to pass as --`flag`, or
-    (flag None) to move the damaged one aside for."""
+    the message names the newest intact checkpoint beside it, if any: to pass as `argument`
+    (a format of one path: '--checkpoint=%s' for a flag, "checkpoint='%s'" in Python), or
+    (argument None) to move the damaged one aside for."""
     why = damage(checkpoint)
     if why is None:
         return
     intact, _ = newest_intact(os.path.dirname(checkpoint))
     if intact is None or intact == checkpoint:
         hint = 'restore a copy of it'
-    elif flag:
-        hint = 'pass --%s=%s (the newest intact checkpoint there) or restore a copy' % (
-            flag, intact)
+    elif argument:
+        hint = 'pass %s (the newest intact checkpoint there) or restore a copy' % (
+            argument % intact)
     else:
         hint = ('restore a copy, or move its files aside to use %s (the newest intact one '
                 'there)' % os.path.basename(intact))

@@ -146,7 +146,8 @@ def spec_of_ckpt_path(ckpt_path, random_weights=False):
             recipe.resolve(FLAGS.model_name, _hparams()), None,
             None if random_weights else checkpoints.resolve_checkpoint(ckpt_path, 'ckpt_path'))
     spec = model_spec.load_model_spec(model_dir, None if is_dir else ckpt_path, _hparams(),
-                                      random_weights=random_weights)
+                                      random_weights=random_weights,
+                                      checkpoint_argument='--ckpt_path=%s')
     if FLAGS['model_name'].present and FLAGS.model_name != spec.config.name:
         print('the model is %s, as %s/config.yaml says; --model_name=%s is not used'
               % (spec.config.name, model_dir, FLAGS.model_name))

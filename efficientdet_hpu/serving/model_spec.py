@@ -56,9 +56,10 @@ def _find_label_map_path(model_dir):
     return None
 
 
-def _checkpoint_path(model_dir, checkpoint):
+def _checkpoint_path(model_dir, checkpoint, argument):
     """--checkpoint, else model_dir's newest (as `checkpoint` lists it, even when its files
-    are damaged or gone); raises when it is damaged (checkpoints/checkpoint_integrity.py)."""
+    are damaged or gone); raises when it is damaged (checkpoints/checkpoint_integrity.py),
+    naming the intact one to pass as `argument`."""
     if checkpoint:
         path = checkpoints.resolve_checkpoint(checkpoint, 'checkpoint')
     else:
@@ -67,13 +68,14 @@ def _checkpoint_path(model_dir, checkpoint):
         if path is None:
             raise InferenceError('no checkpoint in --model_dir=%s; train first or pass '
                                  '--checkpoint' % model_dir)
-    checkpoint_integrity.check_for_reading(path, 'checkpoint')
+    checkpoint_integrity.check_for_reading(path, argument)
     return path
 
 
 def load_model_spec(model_dir, checkpoint=None, hparams='', label_map_path=None,
-                    random_weights=False):
-    """Config, label map and checkpoint of a training run directory."""
+                    random_weights=False, checkpoint_argument='--checkpoint=%s'):
+    """Config, label map and checkpoint of a training run directory; a damaged checkpoint's
+    message names the intact one to pass as checkpoint_argument (a format of its path)."""
     config = _read_config(model_dir, hparams)
     label_map_path = label_map_path or _find_label_map_path(model_dir)
     label_map = label_map_lib.load_label_map(label_map_path) if label_map_path else None
@@ -84,5 +86,6 @@ def load_model_spec(model_dir, checkpoint=None, hparams='', label_map_path=None,
         raise InferenceError('label map %s has %d classes but the model has num_classes=%d'
                              % (label_map_path, label_map.num_classes, config.num_classes))
     return ModelSpec(config, label_map,
-                     None if random_weights else _checkpoint_path(model_dir, checkpoint),
+                     None if random_weights else _checkpoint_path(model_dir, checkpoint,
+                                                                   checkpoint_argument),
                      label_map_path)

@@ -131,7 +131,7 @@ def _open_model_dir(path, checkpoint, hparams, label_map):
         raise InferenceError('label_map=%r: no such file; pass a label map JSON (main.py '
                              'writes one as model_dir/label_map.json)' % os.fspath(label_map))
     spec = model_spec.load_model_spec(path, _checkpoint_of(path, checkpoint), hparams,
-                                      label_map)
+                                      label_map, checkpoint_argument="checkpoint='%s'")
     # Batch of any size: whole images one at a time, tiles in batches.
     return (detector_lib.GraphPredictor(spec, batch_size=None),
             predict.category_names(spec.label_map), spec.checkpoint)

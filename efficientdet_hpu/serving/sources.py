@@ -61,6 +61,9 @@ def _arrays_of(array):
     if 0 in array.shape[-3:-1]:
         raise InferenceError('an array of shape %s is an image without pixels; pass one of at '
                              'least 1 x 1' % (tuple(array.shape),))
+    if array.ndim == 4 and not array.shape[0]:
+        raise InferenceError('an array of shape %s is a batch of no image; pass at least one'
+                             % (tuple(array.shape),))
     return list(array) if array.ndim == 4 else [array]
 
 

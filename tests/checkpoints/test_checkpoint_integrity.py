@@ -98,8 +98,8 @@ def test_none_intact_is_one_error_and_nothing_moves(model_dir):
 def test_reading_a_damaged_checkpoint_names_the_intact_one(model_dir):
     _cut(_prefix(model_dir, 20))
     with pytest.raises(CheckpointError, match='pass --checkpoint=%s ' % _prefix(model_dir, 10)):
-        checkpoint_integrity.check_for_reading(_prefix(model_dir, 20), 'checkpoint')
-    checkpoint_integrity.check_for_reading(_prefix(model_dir, 10), 'checkpoint')
+        checkpoint_integrity.check_for_reading(_prefix(model_dir, 20), '--checkpoint=%s')
+    checkpoint_integrity.check_for_reading(_prefix(model_dir, 10), '--checkpoint=%s')
 
 
 def test_a_relative_model_dir_is_read_as_given(model_dir, monkeypatch):
@@ -109,6 +109,6 @@ def test_a_relative_model_dir_is_read_as_given(model_dir, monkeypatch):
     relative = os.path.basename(model_dir)
     assert checkpoint_integrity.listed_checkpoints(relative) == [
         os.path.join(relative, 'model.ckpt-20'), os.path.join(relative, 'model.ckpt-10')]
-    checkpoint_integrity.check_for_reading(os.path.join(relative, 'model.ckpt-20'), 'ckpt')
+    checkpoint_integrity.check_for_reading(os.path.join(relative, 'model.ckpt-20'), '--ckpt=%s')
     assert checkpoint_integrity.newest_intact(relative) == (
         os.path.join(relative, 'model.ckpt-20'), [])

@@ -5,6 +5,7 @@ docs/python-api.md's examples run as written; efficientdet_hpu.train runs main.p
 summary and stops at Ctrl-C with a checkpoint; `import efficientdet_hpu` loads no TensorFlow;
 bad paths and inputs are one line."""
 import collections
+import glob
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from PIL import Image
 
 import efficientdet_hpu
 from efficientdet_hpu.cli import training_run
+from efficientdet_hpu.core import errors
 from efficientdet_hpu.engine import checkpoint_eval
 from efficientdet_hpu.serving import python_api
 from efficientdet_hpu.serving import sources
@@ -181,6 +183,21 @@ def test_checkpoint_choice(tiny_trained_run, run_detector, photos):
         efficientdet_hpu.Detector(tiny_trained_run, label_map='gone.json')
 
 
+def test_a_damaged_checkpoint_names_the_intact_one_as_the_argument_to_pass(tiny_trained_run,
+                                                                           tmp_path):
+    model_dir = str(tmp_path / 'run')
+    shutil.copytree(tiny_trained_run, model_dir)
+    data = glob.glob(os.path.join(model_dir, 'model.ckpt-2.data-*'))[0]
+    os.truncate(data, os.path.getsize(data) // 2)  # A copy that died half-way.
+    with pytest.raises(errors.UserError) as error:
+        efficientdet_hpu.Detector(model_dir)
+    assert str(error.value).startswith('%s/model.ckpt-2 is damaged: ' % model_dir), error.value
+    assert str(error.value).endswith("pass checkpoint='%s/model.ckpt-0' (the newest intact "
+                                     "checkpoint there) or restore a copy" % model_dir)
+    with efficientdet_hpu.Detector(model_dir, checkpoint=0) as intact:  # The fix, followed.
+        assert intact.checkpoint == os.path.join(model_dir, 'model.ckpt-0')
+
+
 def test_a_run_without_a_checkpoint_and_an_unfinished_finetune_are_one_line(tiny_trained_run,
                                                                             tmp_path):
     untrained = tmp_path / 'untrained'
@@ -243,6 +260,9 @@ def test_arguments_out_of_range_are_one_line(run_detector, photos, tmp_path):
     with pytest.raises(InferenceError, match=r'^an array of shape \(0, 0, 3\) is an image '
                                              r'without pixels'):
         run_detector.predict(np.zeros((0, 0, 3), np.uint8))
+    with pytest.raises(InferenceError, match=r'^an array of shape \(0, 8, 8, 3\) is a batch of '
+                                             r'no image; pass at least one'):
+        run_detector.predict(np.zeros((0, 8, 8, 3), np.uint8))
     (result,) = run_detector.predict(path, max_detections=np.int64(3), score_threshold=0)
     assert len(result) == 3
     with pytest.raises(InferenceError, match=r"^save\('.*noext'\): name an image file PIL "

@@ -49,12 +49,17 @@ def fail(program, message, verbose=False):
 def parse_flags(argv):
     """absl's parser for `app.run(main, flags_parser=errors.parse_flags)`: a flag error (a
     typo, a bad value) is the one error line, with absl's suggestion ('Did you mean: model_dir
-    ?'), exit status 2."""
+    ?'), exit status 2. The help asked for (--help, --helpshort, --helpfull, --helpxml), which
+    absl prints and ends with exit status 1, ends with 0, as the launcher's and GNU's --help."""
     from absl import flags  # pylint: disable=import-outside-toplevel
     try:
         return flags.FLAGS(argv)
     except flags.Error as error:
         sys.exit(fail(os.path.basename(argv[0]), '%s (see --helpshort)' % error))
+    except SystemExit as stop:  # Parsing exits only for help: errors are flags.Error.
+        if stop.code == 1:
+            sys.exit(0)
+        raise
 
 
 def check_command(argv, commands):

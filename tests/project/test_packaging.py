@@ -137,7 +137,7 @@ def test_pip_install_in_a_fresh_venv_then_every_command_helps(wheel, tmp_path):
         if name == 'efficientdet-launch':  # The launcher's own usage text.
             assert result.returncode == 0 and '\n  --use_horovod N ' in result.stdout, output
             continue
-        assert result.returncode == 1, (name, result.returncode, output[-2000:])
+        assert result.returncode == 0, (name, result.returncode, output[-2000:])
         assert result.stdout.rstrip().endswith('Try --helpfull to get a list of all flags.')
         own = re.search(r'\nflags:\n\n%s:\n((?:  .*\n)+)' % re.escape(script), result.stdout)
         assert own and re.search(r'^  --\S+: \S', own.group(1), re.M), (name, result.stdout)

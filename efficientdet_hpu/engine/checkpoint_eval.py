@@ -26,6 +26,7 @@ from efficientdet_hpu.checkpoints import checkpoint_integrity
 from efficientdet_hpu.checkpoints import checkpoints
 from efficientdet_hpu.evaluation import coco_metric
 from efficientdet_hpu.engine import bad_records
+from efficientdet_hpu.engine import preemption
 from efficientdet_hpu.training import det_model_fn
 from efficientdet_hpu.evaluation import eval_analysis
 from efficientdet_hpu.engine import train_log
@@ -343,8 +344,14 @@ def evaluate_continuously(run):
             options.model_dir, min_interval_secs=options.min_eval_interval,
             timeout=options.eval_timeout)
     evaluated = 0
+    if not newest and distributed.is_main():
+        logging.info('waiting for a first checkpoint in %s (%s; Ctrl-C stops)', options.model_dir,
+                     'up to --eval_timeout=%s s' % options.eval_timeout
+                     if options.eval_timeout else 'until one comes: --eval_timeout=N stops '
+                     'after N s')
     while True:
-        checkpoint = _next_checkpoint(run, iterator)
+        with preemption.waiting_for_a_checkpoint(evaluated):
+            checkpoint = _next_checkpoint(run, iterator)
         if checkpoint is None:
             logging.info('no new checkpoint within --eval_timeout=%s s; stopping',
                          options.eval_timeout)
@@ -356,6 +363,7 @@ def evaluate_continuously(run):
             return
         evaluated += 1
         evaluate_checkpoint(run, checkpoint)
+        preemption.stop_evaluation_if_asked(evaluated)
         if checkpoints.checkpoint_step(checkpoint) >= final_step:
             logging.info('evaluated the final step %d; stopping', final_step)
             return

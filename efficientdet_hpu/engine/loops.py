@@ -145,6 +145,7 @@ def execute(run):
         return throughput.run_benchmark(run)
     early_stop.warn_if_unused(options)
     if options.mode == 'eval':
+        preemption.install(evaluation=True)
         checkpoint_eval.evaluate_continuously(run)
         report_skipped(run)
         return 0

@@ -15,6 +15,7 @@ no other alarm is taken for a stop). The process then ends with status 128 + the
 number (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP), as a shell reports a process killed
 by it. A SIGHUP this process was started ignoring (nohup) stays ignored.
 """
+import contextlib
 import os
 import signal
 
@@ -34,6 +35,7 @@ STOP_SIGNALS = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT,
 _received = []       # The first stop signal this process got (as the signal it stands for).
 _agreed = {}         # {'signal': number, 'step': step} once the ranks agreed to stop.
 _installed = []
+_waiting = []        # [evaluations done] while the evaluator waits for a checkpoint.
 
 
 class Stopped(Exception):
@@ -43,6 +45,35 @@ class Stopped(Exception):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_status = 128 + signum
         super().__init__(stop_message(signum, step, checkpoint))
+
+
+class EvaluationStopped(Stopped):
+    """--mode=eval stopped at a signal: nothing to checkpoint; `evaluated` checkpoints done."""
+
+    def __init__(self, signum, evaluated):  # pylint: disable=super-init-not-called
+        self.signum, self.step, self.checkpoint = signum, None, None
+        self.exit_status, self.evaluated = 128 + signum, evaluated
+        Exception.__init__(self, 'stopped by %s during --mode=eval after %d evaluation%s; '
+                           'rerun the same command to go on' % (
+                               signal_name(signum), evaluated, '' if evaluated == 1 else 's'))
+
+
+@contextlib.contextmanager
+def waiting_for_a_checkpoint(evaluated):
+    """The evaluator's wait for a checkpoint (install() first): a stop signal within it, or one
+    received before, raises EvaluationStopped at once; one during an evaluation ends the run
+    after it (stop_evaluation_if_asked)."""
+    stop_evaluation_if_asked(evaluated)
+    _waiting[:] = [evaluated]
+    try:
+        yield
+    finally:
+        del _waiting[:]
+
+
+def stop_evaluation_if_asked(evaluated):
+    if _received:
+        raise EvaluationStopped(_received[0], evaluated)
 
 
 def signal_name(signum):
@@ -63,8 +94,10 @@ def _on_signal(signum, _frame):
         _received.append(STOP_SIGNALS[signum])
     for number in handled_signals():  # A second signal ends the process at once.
         signal.signal(number, signal.SIG_DFL)
-    logging.warning('%s received: the ranks stop after the next step and write its '
-                    'checkpoint; send it again to end at once', signal_name(_received[0]))
+    if _waiting:
+        raise EvaluationStopped(_received[0], _waiting[0])
+    logging.warning('%s received: %s; send it again to end at once', signal_name(_received[0]),
+                    _stop_point[0])
 
 
 def handled_signals(environ=None):
@@ -76,8 +109,15 @@ def handled_signals(environ=None):
             and (number != signal.SIGHUP or signal.getsignal(number) != signal.SIG_IGN)]
 
 
-def install():
-    """Installs the handlers (main thread only; idempotent)."""
+_STOP_POINTS = ('the ranks stop after the next step and write its checkpoint',
+                'the evaluation in progress ends, then the run')
+_stop_point = [_STOP_POINTS[0]]
+
+
+def install(evaluation=False):
+    """Installs the handlers (main thread only; idempotent); evaluation: --mode=eval's, whose
+    stop comes after the evaluation in progress."""
+    _stop_point[0] = _STOP_POINTS[bool(evaluation)]
     if _installed:
         return
     for number in handled_signals():

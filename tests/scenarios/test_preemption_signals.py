@@ -181,3 +181,25 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
     assert 'recorded %d' % signal.SIGTERM in result.stdout, result.stdout
     assert 'still alive' not in result.stdout
     assert result.returncode == -signal.SIGINT, result.stdout
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_evaluator_waits_is_one_line(tiny_dataset, tmp_path, signum):
+    """--mode=eval on a model_dir no training has written yet says that it waits and for how
+    long; Ctrl-C or SIGTERM there ends it with one line, 128+N, no traceback (Ctrl-C gave
+    KeyboardInterrupt's traceback, SIGTERM a silent kill)."""
+    model_dir = str(tmp_path / 'model')
+    log_path = str(tmp_path / 'eval.log')
+    waiting = 'waiting for a first checkpoint in %s (until one comes: --eval_timeout=N' % model_dir
+    with _started(['main.py'] + tiny_flags(tiny_dataset, model_dir, '--mode=eval'),
+                  log_path) as process:
+        assert _wait_until(lambda: waiting in open(log_path).read()
+                           or process.poll() is not None, 300), open(log_path).read()[-3000:]
+        process.send_signal(signum)
+        returncode = process.wait(timeout=60)
+    output = open(log_path).read()
+    assert returncode == 128 + signum, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+    assert output.rstrip().endswith(
+        'main.py: stopped by %s during --mode=eval after 0 evaluations; rerun the same command '
+        'to go on' % signal.Signals(signum).name), output[-3000:]

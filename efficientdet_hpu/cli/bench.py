@@ -302,6 +302,18 @@ COMMANDS = {'train': cmd_train, 'infer': cmd_infer, 'input': cmd_input, 'suite':
             'review_planted': cmd_review_planted}
 
 
+# What a stop keeps, by command: the two that keep their runs' work under their folders go on.
+KEPT_AT_A_STOP = {
+    None: 'its runs were ended and no result is kept (results are printed and written once '
+          'every run has ended); rerun the same command to measure',
+    'finetune_suite': 'the sides that finished are kept in --work_dir (the table is printed '
+                      'once every side has run); rerun the same command to go on',
+    'review_planted': 'its reviews keep the folds trained and the step reached in '
+                      '--output_dir (the table is printed once both have run); rerun the same '
+                      'command to go on',
+}
+
+
 def main(argv):
     errors.check_command(argv, COMMANDS)
     if len(argv) != 2 or argv[1] not in COMMANDS:
@@ -322,8 +334,7 @@ def main(argv):
             COMMANDS[argv[1]]()
     except processes.Stopped as stop:
         stop.where = '`bench.py %s`' % argv[1]
-        stop.kept = ('its runs were ended and no result is kept (results are printed and '
-                     'written once every run has ended); rerun the same command to measure')
+        stop.kept = KEPT_AT_A_STOP.get(argv[1], KEPT_AT_A_STOP[None])
         print(stop.line('bench.py'), file=sys.stderr, flush=True)
         return stop.exit_status
     except tuple(user_errors) as error:

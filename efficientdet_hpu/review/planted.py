@@ -204,19 +204,48 @@ def write_planted_set(clean_json, image_dir, folder, seed, share) -> dict:
         if not os.path.lexists(link):
             os.makedirs(os.path.dirname(link), exist_ok=True)
             os.symlink(os.path.abspath(os.path.join(image_dir, image['file_name'])), link)
-    atomic_file.write_json_atomically(os.path.join(folder, 'planted.json'), planted)
-    atomic_file.write_json_atomically(os.path.join(folder, 'instances.json'), noisy)
+    _write_if_changed(os.path.join(folder, 'planted.json'), planted)
+    _write_if_changed(os.path.join(folder, 'instances.json'), noisy)
     return planted
+
+
+def _write_if_changed(path, value):
+    """A rerun leaves an equal file as it is: the review's rerun check reads the input's file
+    times, and a rewritten set would be a changed input (finetune/rerun.py)."""
+    try:
+        with open(path) as stream:
+            if json.load(stream) == json.loads(json.dumps(value)):
+                return
+    except (OSError, ValueError):
+        pass
+    atomic_file.write_json_atomically(path, value)
+
+
+def _generated(folder, key, make):
+    """make() once for the folder and key (the data, photos and seed): a rerun reuses the set
+    it made, its files untouched (as _write_if_changed); a set half made is made again."""
+    marker = os.path.join(folder, 'generated.json')
+    try:
+        with open(marker) as stream:
+            saved = json.load(stream)
+        if saved['key'] == key:
+            return saved['paths']
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    paths = make()
+    atomic_file.write_json_atomically(marker, {'key': key, 'paths': paths})
+    return paths
 
 
 def clean_set(data, folder, photos, seed) -> tuple:
     """(clean COCO JSON, its image dir) of --data: 'easy', 'synthetic' or a COCO folder/file
     of your own (its JSON and images as the fine-tune finds them)."""
     if data == 'easy':
-        make_easy(folder, photos, seed)
+        _generated(folder, [data, photos, seed], lambda: make_easy(folder, photos, seed))
         return os.path.join(folder, 'instances.json'), folder
     if data == 'synthetic':
-        paths = synthetic_coco.generate(folder, num_train=photos, num_val=0, seed=seed)
+        paths = _generated(folder, [data, photos, seed], lambda: synthetic_coco.generate(
+            folder, num_train=photos, num_val=0, seed=seed))
         return paths['train_annotations'], paths['train_image_dir']
     kind, paths = inputs.detect('data', data)
     if kind != 'COCO':

@@ -124,3 +124,24 @@ def test_without_the_clean_set_one_review_runs_and_its_column_stays_empty(tmp_pa
     reviewed.clear()
     planted.benchmark(planted.settings(str(tmp_path / 'both'), photos=12))
     assert reviewed == ['planted', 'clean']
+
+
+@pytest.mark.parametrize('data', ['easy', 'synthetic'])
+def test_a_rerun_leaves_the_sets_files_as_they_were(tmp_path, data):
+    """The review's rerun check reads the input's file times (finetune/rerun.py): a rerun of the
+    benchmark that wrote its sets again would be refused over the folds it trained. Other
+    settings make the set again."""
+    def times(folder):
+        return {os.path.join(top, name): os.stat(os.path.join(top, name)).st_mtime_ns
+                for top, _, names in os.walk(folder) for name in names}
+    root = tmp_path / 'bench'
+    made = planted.clean_set(data, str(root / 'data'), 6, 1)
+    planted.write_planted_set(*made, str(root / 'planted-set'), 1, 0.2)
+    before = times(root)
+    assert len(before) > 6
+    assert planted.clean_set(data, str(root / 'data'), 6, 1) == tuple(made)
+    planted.write_planted_set(*made, str(root / 'planted-set'), 1, 0.2)
+    assert times(root) == before
+    planted.clean_set(data, str(root / 'data'), 6, 2)  # Another seed: made again.
+    assert times(root / 'data') != {path: time for path, time in before.items()
+                                    if path.startswith(str(root / 'data'))}

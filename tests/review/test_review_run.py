@@ -155,28 +155,38 @@ def _listed(path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_another_threshold_lists_anew_from_the_same_folds(run):
-    """--threshold only cuts the list: a finished review asked again with a lower one is listed
-    anew from the folds' predictions, no fold trained again: the rows scoring at or under it and
-    no other (a badloc row may come in where the swap row of its label went out)."""
+    """--threshold only cuts the list: a finished review asked again with another is listed
+    anew from the folds' predictions, no fold trained again. At 1 every label is listed as a
+    swap (and so none as a bad location: a label is listed once) and every photo; at a
+    threshold halfway between two of those scores, exactly the overlooked, swap and image rows
+    scoring under it (a badloc row may come in where its label's swap row went out). What the
+    first list held depends on the 2-step models' scores: all under the default or none."""
     _, out, data = run
     listed = os.path.join(out, 'review', 'issues.csv')
     before = _listed(listed)
-    scores = sorted(set(before.values()))
-    assert len(scores) > 1, scores  # The folds' models score labels apart.
-    middle = len(scores) // 2  # Halfway between two printed scores: no row sits on it.
-    threshold = (scores[middle - 1] + scores[middle]) / 2
-    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
-                        '--steps=2', '--hparams=%s' % TINY_HPARAMS, '--threshold=%r' % threshold],
-                       timeout=300)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert '(the review listed at 0.6): listed anew' in again.stdout
-    assert 'training 2 steps' not in again.stdout and 'review done in' in again.stdout
-    after = _listed(listed)
-    assert 0 < len(after) < len(before)
-    assert max(after.values()) < threshold
-    kept = {key for key, score in before.items() if score < threshold and key[1] != 'badloc'}
+
+    def again(threshold, was):
+        result = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out,
+                             '--folds=2', '--steps=2', '--hparams=%s' % TINY_HPARAMS,
+                             '--threshold=%r' % threshold], timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert '(the review listed at %g): listed anew' % was in result.stdout, result.stdout
+        assert 'training 2 steps' not in result.stdout and 'review done in' in result.stdout
+        assert _json(os.path.join(out, 'review', 'summary.json'))['threshold'] == threshold
+        return _listed(listed)
+
+    every = again(1.0, 0.6)
+    kinds = [key[1] for key in every]
+    assert (kinds.count('swap'), kinds.count('image'), kinds.count('badloc')) == (
+        3 * PHOTOS, PHOTOS, 0)
+    assert {key for key in before if key[1] != 'badloc'} <= set(every)
+    # Halfway between two printed scores, no row sits on it; below the only one, none is kept.
+    scores, middle = sorted(set(every.values())), len(set(every.values())) // 2
+    threshold = (scores[middle - 1] + scores[middle]) / 2 if middle else scores[0] / 2
+    after = again(threshold, 1)
+    assert len(after) < len(every) and all(score < threshold for score in after.values())
+    kept = {key for key, score in every.items() if score < threshold and key[1] != 'badloc'}
     assert kept == {key for key in after if key[1] != 'badloc'}
-    assert _json(os.path.join(out, 'review', 'summary.json'))['threshold'] == threshold
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@ small objects (the plan tiles them: 128 px tiles for the tiny network), 2 folds 
 the records each fold's model trained on never hold a photo that model predicted (read back
 from the TFRecords themselves), the photos were predicted whole in tiles, the outputs are
 there and readable, and a rerun is done at once."""
-import csv
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from cli_runs import assert_one_line_error, run_python, TINY_HPARAMS
 from efficientdet_hpu.data import tfrecord_format
 from efficientdet_hpu.data.dataloader import list_record_files
 from efficientdet_hpu.review import issues
+from efficientdet_hpu.review import planted
 from efficientdet_hpu.review import scores as scores_lib
 
 SIZE, SIDE, PHOTOS = (480, 360), 16, 5
@@ -147,9 +147,8 @@ def test_a_rerun_is_done_at_once(run):
 
 def _listed(path):
     """issues.csv's rows as (image, kind, label_id, box) -> score."""
-    with open(path, newline='') as stream:
-        return {(row['image'], row['kind'], row['label_id'], row['x1'], row['y1'], row['x2'],
-                 row['y2']): float(row['score']) for row in csv.DictReader(stream)}
+    return {(row['image'], row['kind'], row['label_id'], row['x1'], row['y1'], row['x2'],
+             row['y2']): float(row['score']) for row in planted.read_issues(path)}
 
 
 @pytest.mark.slow

@@ -207,15 +207,20 @@ def _fold_stop(deadline, review, plan, index):
     return deadline - later - rest
 
 
-def _training_line(runner, index, steps, images, plan) -> str:
+def _training_line(runner, index, steps, images, plan, reached=None) -> str:
     """What a fold's training is about to do, its time and where main.py's output goes (it is
-    not echoed: a fold trains for as long as the fine-tune)."""
+    not echoed: a fold trains for as long as the fine-tune); `reached`, the step of a stopped
+    run's checkpoint, counts only the steps left."""
     # At the plan's rate, or at the rate a fold before measured (_refitted).
-    seconds = plan_lib.training_seconds(plan, steps, _cost_table())
-    return ('  fold %d: training %d steps on %d images, about %.0f min (until %s); main.py\'s '
-            'output in %s' % (index, steps, images, seconds / 60.0,
-                              time.strftime('%H:%M', time.localtime(time.time() + seconds)),
-                              os.path.join(runner.layout.logs, 'train-fold-%d.log' % index)))
+    left = steps - (reached or 0)
+    seconds = plan_lib.training_seconds(plan, left, _cost_table())
+    doing = ('resuming at step %d of %d on %d images, %d steps left' % (reached, steps, images,
+                                                                        left)
+             if reached else 'training %d steps on %d images' % (steps, images))
+    return ('  fold %d: %s, about %.0f min (until %s); main.py\'s output in %s' % (
+        index, doing, seconds / 60.0,
+        time.strftime('%H:%M', time.localtime(time.time() + seconds)),
+        os.path.join(runner.layout.logs, 'train-fold-%d.log' % index)))
 
 
 def _refitted(runner, layout, review, plan, index, record, deadline, rate_from="the plan's"):
@@ -258,7 +263,8 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
                 runner.layout.plan_yaml, plan, steps, images, patterns, review.max_instances),
                 'python main.py --hparams=%s --model_dir=%s' % (recipe_path, model_dir))
             if not os.path.exists(layout.fold(fold.index, 'training.json')):  # Not trained yet.
-                runner.say(_training_line(runner, fold.index, steps, images, plan))
+                runner.say(_training_line(runner, fold.index, steps, images, plan,
+                                          rerun.latest_step(model_dir)))
             started = time.monotonic()
             training = predictions.train(runner, layout, fold, recipe_path, steps, plan,
                                          _fold_stop(deadline, review, plan, fold.index))

@@ -157,3 +157,16 @@ def test_the_refit_is_said_in_one_line_and_kept_in_the_plan_file(tmp_path):
     # A later fold off the rate fold 1 measured: the line names whose rate that was.
     run._refitted(runner, layout, cut, at_rate, 2, {'images_per_second': 2.5}, None, "fold 1's")
     assert said[-1].startswith("  fold 2 trained at 2.5 images/s, fold 1's 5.0: the rest of")
+
+
+def test_a_fold_resumed_from_its_checkpoint_is_timed_for_the_steps_left(monkeypatch):
+    """A stopped review's rerun resumes a fold from its checkpoint: its line says the step and
+    times the steps left, not the whole fold again (start-up 45 s + steps x 8 / 10 images/s)."""
+    monkeypatch.setattr(run, '_cost_table', lambda: TABLE)
+    runner = types.SimpleNamespace(layout=types.SimpleNamespace(logs='/out/logs'))
+    fresh = run._training_line(runner, 1, 300, 80, PLAN)
+    assert fresh.startswith('  fold 1: training 300 steps on 80 images, about 5 min (until ')
+    assert fresh.endswith("main.py's output in /out/logs/train-fold-1.log")
+    resumed = run._training_line(runner, 1, 300, 80, PLAN, 200)  # 45 + 100 x 0.8 = 125 s.
+    assert resumed.startswith('  fold 1: resuming at step 200 of 300 on 80 images, 100 steps '
+                              'left, about 2 min (until ')

@@ -42,16 +42,11 @@ class DataSet:
 
 
 def _synthetic(directory, num_train, num_val, num_classes, look, seed):
-    """The generated set's paths; generated.json, written once it is complete, holds them
-    relative to `directory`, so a work folder copied or moved reads its own files."""
-    done = os.path.join(directory, 'generated.json')
-    if not os.path.exists(done):
-        paths = synthetic_coco.generate(directory, num_train, num_val, seed=seed,
-                                        num_classes=num_classes, look=look)
-        atomic_file.write_json_atomically(done, {key: os.path.relpath(path, directory)
-                                                 for key, path in paths.items()})
-    with open(done) as stream:
-        return {key: os.path.join(directory, path) for key, path in json.load(stream).items()}
+    """The generated set's paths, made once for these flags (synthetic_coco.generated_once)."""
+    return synthetic_coco.generated_once(
+        directory, [num_train, num_val, num_classes, dataclasses.asdict(look), seed],
+        lambda: synthetic_coco.generate(directory, num_train, num_val, seed=seed,
+                                        num_classes=num_classes, look=look))
 
 
 def _coco(path):

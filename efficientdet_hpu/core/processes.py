@@ -190,13 +190,8 @@ def kill_session(pid):
     """SIGKILLs every process of the session led by `pid` (a child started with
     start_new_session=True): the child and whatever it started that did not leave the
     session (a daemon that called setsid() did)."""
-    for _ in range(3):  # A process that forked while a pass was killing is caught by the next.
-        members = [member for member, (_, _, session) in process_table().items()
-                   if session == pid]
-        for member in members:
-            _kill(member)
-        if not members:
-            return
+    _kill_in_passes(lambda table: {member for member, (_, _, session) in table.items()
+                                   if session == pid})
 
 
 def _below(table, pid):
@@ -232,16 +227,22 @@ def kill_descendants():
     """SIGKILLs every process below this one and every process of the sessions they lead: the
     commands it started in sessions of their own and what they left there (a child whose
     parent ended is no longer below it)."""
-    for _ in range(3):  # A process that forked while a pass was killing is caught by the next.
-        table = process_table()
+    def members(table):
         below = _below(table, os.getpid())
         leaders = {member for member in below if table[member][2] == member}
-        members = set(below) | {member for member, (_, _, session) in table.items()
-                                if session in leaders}
-        members.discard(os.getpid())
-        for member in members:
+        return (set(below) | {member for member, (_, _, session) in table.items()
+                              if session in leaders}) - {os.getpid()}
+    _kill_in_passes(members)
+
+
+def _kill_in_passes(members):
+    """SIGKILLs members(process_table()) until it is empty, in at most three passes: a process
+    that forked while a pass was killing is caught by the next."""
+    for _ in range(3):
+        found = members(process_table())
+        for member in found:
             _kill(member)
-        if not members:
+        if not found:
             return
 
 

@@ -26,6 +26,8 @@ import os
 import numpy as np  # pylint: disable=g-import-not-at-top
 from PIL import Image, ImageDraw
 
+from efficientdet_hpu.core import atomic_file
+
 CATEGORIES = (
     {'id': 3, 'name': 'ellipse', 'supercategory': 'shape'},
     {'id': 17, 'name': 'rectangle', 'supercategory': 'shape'},
@@ -336,6 +338,27 @@ def generate(output_dir: str, num_train: int = 800, num_val: int = 100, seed: in
                                                         categories, tuple(elongated_aspect),
                                                         look, palette)
         paths[f'{split}_image_dir'] = os.path.join(output_dir, split)
+    return paths
+
+
+def generated_once(directory: str, key, make) -> dict:
+    """make() into `directory` once for `key` (what the set is made of: flags, seed): its dict of
+    paths is kept in directory/generated.json with the key, relative to the directory (a folder
+    copied or moved reads its own files). A rerun with the same key reuses the set, its files
+    untouched (a rerun check that reads file times sees the same input); a set half made (no
+    marker yet) or of another key is made again."""
+    marker = os.path.join(directory, 'generated.json')
+    try:
+        with open(marker, encoding='utf-8') as stream:
+            saved = json.load(stream)
+        if saved['key'] == json.loads(json.dumps(key)):
+            return {name: os.path.normpath(os.path.join(directory, path))
+                    for name, path in saved['paths'].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    paths = make()
+    atomic_file.write_json_atomically(marker, {'key': key, 'paths': {
+        name: os.path.relpath(path, directory) for name, path in paths.items()}})
     return paths
 
 

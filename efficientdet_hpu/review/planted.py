@@ -77,9 +77,10 @@ def make_easy(folder, photos, seed=0, size=(192, 144)) -> str:
         image.save(os.path.join(folder, name))
         images.append({'id': number + 1, 'file_name': name, 'width': size[0],
                        'height': size[1]})
-    atomic_file.write_json_atomically(os.path.join(folder, 'instances.json'), {
+    path = os.path.join(folder, 'instances.json')
+    atomic_file.write_json_atomically(path, {
         'images': images, 'annotations': annotations, 'categories': list(EASY_CLASSES)})
-    return folder
+    return path
 
 
 def _shift(bbox, width, height, rng):
@@ -221,31 +222,17 @@ def _write_if_changed(path, value):
     atomic_file.write_json_atomically(path, value)
 
 
-def _generated(folder, key, make):
-    """make() once for the folder and key (the data, photos and seed): a rerun reuses the set
-    it made, its files untouched (as _write_if_changed); a set half made is made again."""
-    marker = os.path.join(folder, 'generated.json')
-    try:
-        with open(marker) as stream:
-            saved = json.load(stream)
-        if saved['key'] == key:
-            return saved['paths']
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    paths = make()
-    atomic_file.write_json_atomically(marker, {'key': key, 'paths': paths})
-    return paths
-
-
 def clean_set(data, folder, photos, seed) -> tuple:
     """(clean COCO JSON, its image dir) of --data: 'easy', 'synthetic' or a COCO folder/file
     of your own (its JSON and images as the fine-tune finds them)."""
     if data == 'easy':
-        _generated(folder, [data, photos, seed], lambda: make_easy(folder, photos, seed))
-        return os.path.join(folder, 'instances.json'), folder
+        made = synthetic_coco.generated_once(folder, [data, photos, seed], lambda: {
+            'annotations': make_easy(folder, photos, seed), 'image_dir': folder})
+        return made['annotations'], made['image_dir']
     if data == 'synthetic':
-        paths = _generated(folder, [data, photos, seed], lambda: synthetic_coco.generate(
-            folder, num_train=photos, num_val=0, seed=seed))
+        paths = synthetic_coco.generated_once(
+            folder, [data, photos, seed],
+            lambda: synthetic_coco.generate(folder, num_train=photos, num_val=0, seed=seed))
         return paths['train_annotations'], paths['train_image_dir']
     kind, paths = inputs.detect('data', data)
     if kind != 'COCO':

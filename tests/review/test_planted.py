@@ -76,8 +76,7 @@ def test_an_issues_table_scored_against_what_was_planted():
 
 
 def test_the_easy_set_is_valid_coco_with_boxes_inside_the_photos(tmp_path):
-    folder = planted.make_easy(str(tmp_path / 'easy'), 6, seed=1)
-    coco = COCO(os.path.join(folder, 'instances.json'))
+    coco = COCO(planted.make_easy(str(tmp_path / 'easy'), 6, seed=1))
     assert len(coco.getImgIds()) == 6 and len(coco.getAnnIds()) >= 6
     for annotation in coco.dataset['annotations']:
         x, y, w, h = annotation['bbox']

@@ -171,19 +171,26 @@ def _adopt_automl_config(model_dir, saved, config, explicit_keys):
                  os.path.join(model_dir, 'config.yaml'), ', '.join(sorted(explicit_keys)) or 'none')
 
 
-def _write_run_files(options, settings, label_map, automl_dir):
+def _write_run_files(options, settings, label_map, automl_dir, missing_only=False):
     """config.yaml, flags.json and the data's label map: what export, predict and eval read
-    back from model_dir (class names included) with no other flag."""
+    back from model_dir (class names included) with no other flag. missing_only (an
+    evaluator): only those the training has not written, so that evaluating a run never
+    replaces its training's flags (their training_file_pattern finds int8 export's calibration
+    photos and the class names)."""
     model_dir = options.model_dir
     os.makedirs(model_dir, exist_ok=True)
-    if not automl_dir:  # automl's own config.yaml is left as it is.
+
+    def wanted(name):
+        return not (missing_only and os.path.exists(os.path.join(model_dir, name)))
+    if not automl_dir and wanted('config.yaml'):  # automl's own config.yaml is left as it is.
         atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'),
                                           settings.config.to_yaml())
-    if label_map is not None:
+    if label_map is not None and wanted(label_map_lib.MODEL_DIR_FILE):
         atomic_file.write_json_atomically(os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE),
                                           label_map.to_json_dict(), indent=2)
-    atomic_file.write_json_atomically(os.path.join(model_dir, 'flags.json'),
-                                      options.as_dict())
+    if wanted('flags.json'):
+        atomic_file.write_json_atomically(os.path.join(model_dir, 'flags.json'),
+                                          options.as_dict())
 
 
 def _prepare_model_dir(options, settings, label_map, automl_dir):
@@ -191,8 +198,9 @@ def _prepare_model_dir(options, settings, label_map, automl_dir):
     evaluator beside it takes none) and sets a damaged newest checkpoint aside
     (checkpoints/checkpoint_integrity.py; none intact: CheckpointError), the run files and the
     schedule are written. Returns the lock (None for an evaluator)."""
-    if options.mode == 'eval':
-        _write_run_files(options, settings, label_map, automl_dir)
+    if options.mode == 'eval':  # Before a training's first checkpoint, the files are its.
+        if checkpoint_integrity.listed_checkpoints(options.model_dir):
+            _write_run_files(options, settings, label_map, automl_dir, missing_only=True)
         return None
     lock = _hold_model_dir(options.model_dir)
     with model_dir_lock.released_on_error(lock):

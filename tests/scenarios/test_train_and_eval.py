@@ -72,7 +72,9 @@ def test_an_evaluation_without_hparams_takes_the_model_from_config_yaml(one_proc
                                                                         tiny_dataset, tmp_path):
     """`main.py --mode=eval` with the data flags only (the README's evaluation, on a model
     trained with other hparams, as a fine-tune's Lite0): the model_dir's config.yaml decides
-    the model, and the metrics are the training's own evaluation's."""
+    the model, and the metrics are the training's own evaluation's. The training's flags.json
+    and config.yaml are left as they were (an evaluation wrote its own over them: flags.json
+    lost the training's TFRecords, where int8 export finds its calibration photos)."""
     model_dir, _ = one_process_run
     alone = evaluate_alone(model_dir, 6, tmp_path, lambda copy: run_main([
         '--mode=eval', '--model_dir=%s' % copy, '--eval_batch_size=2',
@@ -80,6 +82,10 @@ def test_an_evaluation_without_hparams_takes_the_model_from_config_yaml(one_proc
         '--val_json_file=%s' % tiny_dataset['val_json'], '--eval_timeout=1',
         '--min_eval_interval=0']))
     assert alone == metrics(model_dir, 6)
+    for name in ('flags.json', 'config.yaml'):
+        with open(os.path.join(model_dir, name)) as trained, \
+                open(str(tmp_path / 'alone-6' / name)) as evaluated:
+            assert evaluated.read() == trained.read(), name
 
 
 def test_the_run_says_where_its_wall_time_went(one_process_run):

@@ -120,13 +120,19 @@ def data_and_plan(runner, options, state=None):
 def _begun_anew(runner, layout, state, options):
     """A review begun in output_dir on another input or other flags (prepare.check_flags'
     Rerun) is started again, its folds of the old photos removed; where a fold's model has
-    trained, refused (UserError)."""
+    trained, refused (UserError). Input files only touched (copied, checked out: the same
+    photos and boxes) leave trained folds to go on, as the fine-tune's model does."""
     changed = state.replan or (state.read is not None and (state.note or not state.same_data))
     if not changed or not os.path.isdir(layout.directory):
         return
     folds = layout.path('folds')
     trained = sorted(name for name in (os.listdir(folds) if os.path.isdir(folds) else ())
                      if rerun.latest_step(os.path.join(folds, name, 'model')) is not None)
+    if trained and not state.replan and state.same_data:
+        runner.say('the input\'s files changed since the last run (%s), its photos and boxes did '
+                   'not: the review\'s trained folds (%s) go on' % (state.changes,
+                                                                    ', '.join(trained)))
+        return
     if trained:
         raise UserError('--output_dir=%s holds a review whose %s model trained on the last '
                         'run\'s input and flags (%s); rerun those to resume it, or review '

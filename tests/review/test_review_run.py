@@ -199,3 +199,22 @@ def test_other_flags_over_trained_folds_are_refused_in_one_line(run):
     assert_one_line_error(again, 'holds a review whose fold-0 model trained on the last run\'s '
                           'input and flags', "now '%s,jitter_min=0.8'" % TINY_HPARAMS,
                           'in another --output_dir', starts_with='review: error: ')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_input_files_only_touched_leave_the_trained_folds_to_go_on(run):
+    """The same photos and boxes with new file times (a copy without -p, a git checkout) are
+    the input the folds trained on: the rerun goes on (here: the review is done) and says why;
+    it was refused, naming as its fix the very rerun it refused."""
+    _, out, data = run
+    later = os.stat(data).st_mtime + 60
+    for name in os.listdir(data):
+        os.utime(os.path.join(data, name), (later, later))
+    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
+                        '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert re.search(r"the input's files changed since the last run \(\d+ files changed \(.*\)"
+                     r"\), its photos and boxes did not: the review's trained folds \(fold-0, "
+                     r"fold-1\) go on", again.stdout), again.stdout[-3000:]
+    assert 'review done' in again.stdout, again.stdout[-3000:]

@@ -107,3 +107,33 @@ def test_no_object_is_hidden_by_more_than_the_limit():
             assert hidden <= synthetic_coco.MAX_HIDDEN_FRACTION + 1e-9
         drawn += len(objects)
     assert drawn >= 25 * 4  # The limit rarely forces an object to be dropped.
+
+
+def test_a_set_is_generated_once_for_its_key(tmp_path):
+    """generated_once: made on the first call, reused for the same key (make not called, paths
+    relative to the folder, so a moved folder reads its own), made again for another key or a
+    marker of another form; an old marker of absolute paths still reads."""
+    folder, made = str(tmp_path / 'set'), []
+
+    def make():
+        made.append(1)
+        os.makedirs(folder, exist_ok=True)
+        return {'annotations': os.path.join(folder, 'a.json'), 'image_dir': folder}
+    first = synthetic_coco.generated_once(folder, ['x', 3], make)
+    assert synthetic_coco.generated_once(folder, ('x', 3), make) == first and len(made) == 1
+    with open(os.path.join(folder, 'generated.json')) as stream:
+        assert json.load(stream) == {'key': ['x', 3], 'paths': {'annotations': 'a.json',
+                                                                'image_dir': '.'}}
+    os.rename(folder, str(tmp_path / 'moved'))
+    assert synthetic_coco.generated_once(str(tmp_path / 'moved'), ['x', 3], make) == {
+        'annotations': str(tmp_path / 'moved' / 'a.json'), 'image_dir': str(tmp_path / 'moved')}
+    synthetic_coco.generated_once(folder, ['x', 4], make)
+    assert len(made) == 2
+    with open(os.path.join(folder, 'generated.json'), 'w') as stream:
+        json.dump({'key': ['x', 4], 'paths': {'image_dir': '/elsewhere'}}, stream)
+    assert synthetic_coco.generated_once(folder, ['x', 4], make) == {'image_dir': '/elsewhere'}
+    for old in ({'image_dir': '.'}, {'key': ['x', 4], 'paths': folder}):  # No key; a string.
+        with open(os.path.join(folder, 'generated.json'), 'w') as stream:
+            json.dump(old, stream)
+        synthetic_coco.generated_once(folder, ['x', 4], make)
+    assert len(made) == 4

@@ -172,25 +172,20 @@ def _adopt_automl_config(model_dir, saved, config, explicit_keys):
 
 
 def _write_run_files(options, settings, label_map, automl_dir, missing_only=False):
-    """config.yaml, flags.json and the data's label map: what export, predict and eval read
-    back from model_dir (class names included) with no other flag. missing_only (an
-    evaluator): only those the training has not written, so that evaluating a run never
-    replaces its training's flags (their training_file_pattern finds int8 export's calibration
-    photos and the class names)."""
-    model_dir = options.model_dir
-    os.makedirs(model_dir, exist_ok=True)
-
-    def wanted(name):
-        return not (missing_only and os.path.exists(os.path.join(model_dir, name)))
-    if not automl_dir and wanted('config.yaml'):  # automl's own config.yaml is left as it is.
-        atomic_file.write_text_atomically(os.path.join(model_dir, 'config.yaml'),
-                                          settings.config.to_yaml())
-    if label_map is not None and wanted(label_map_lib.MODEL_DIR_FILE):
-        atomic_file.write_json_atomically(os.path.join(model_dir, label_map_lib.MODEL_DIR_FILE),
-                                          label_map.to_json_dict(), indent=2)
-    if wanted('flags.json'):
-        atomic_file.write_json_atomically(os.path.join(model_dir, 'flags.json'),
-                                          options.as_dict())
+    """config.yaml, flags.json and the label map, read back by export, predict and eval; with
+    missing_only (an evaluator) never over the training's (int8 export reads its flags)."""
+    os.makedirs(options.model_dir, exist_ok=True)
+    files = {'flags.json': lambda path: atomic_file.write_json_atomically(path,
+                                                                          options.as_dict())}
+    if not automl_dir:  # automl's own config.yaml is left as it is.
+        files['config.yaml'] = lambda path: atomic_file.write_text_atomically(
+            path, settings.config.to_yaml())
+    if label_map is not None:
+        files[label_map_lib.MODEL_DIR_FILE] = lambda path: atomic_file.write_json_atomically(
+            path, label_map.to_json_dict(), indent=2)
+    for name, write in files.items():
+        if not (missing_only and os.path.exists(os.path.join(options.model_dir, name))):
+            write(os.path.join(options.model_dir, name))
 
 
 def _prepare_model_dir(options, settings, label_map, automl_dir):

@@ -218,7 +218,7 @@ def _training_line(runner, index, steps, images, plan, reached=None) -> str:
     not echoed: a fold trains for as long as the fine-tune); `reached`, the step of a stopped
     run's checkpoint, counts only the steps left."""
     # At the plan's rate, or at the rate a fold before measured (_refitted).
-    left = steps - (reached or 0)
+    left = max(steps - (reached or 0), 0)  # A budget's refit may have cut under the step.
     seconds = plan_lib.training_seconds(plan, left, _cost_table())
     doing = ('resuming at step %d of %d on %d images, %d steps left' % (reached, steps, images,
                                                                         left)

@@ -170,3 +170,5 @@ def test_a_fold_resumed_from_its_checkpoint_is_timed_for_the_steps_left(monkeypa
     resumed = run._training_line(runner, 1, 300, 80, PLAN, 200)  # 45 + 100 x 0.8 = 125 s.
     assert resumed.startswith('  fold 1: resuming at step 200 of 300 on 80 images, 100 steps '
                               'left, about 2 min (until ')
+    assert ', 0 steps left, about 0 min (until ' in run._training_line(runner, 1, 300, 80, PLAN,
+                                                                     320)

@@ -18,7 +18,6 @@ from typing import Callable
 
 from efficientdet_hpu.benchmarks import report
 from efficientdet_hpu.benchmarks.report import BenchError
-from efficientdet_hpu.core import atomic_file
 from efficientdet_hpu.core import processes
 from efficientdet_hpu.datatools import synthetic_coco
 

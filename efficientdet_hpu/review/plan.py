@@ -112,26 +112,32 @@ def _seconds(plan, folds, steps, own, request, labels):
             ('scores and page', SCORE_SECONDS + SCORE_SECONDS_PER_LABEL * labels))
 
 
-def refit(review, plan, index, rate, seconds_left, table):
+def refit(review, plan, index, rate, seconds_left, table, reached=None):
     """The review once fold `index` trained at `rate` images/s, measured (the plan's rate came
     from the cost table): where `seconds_left` (the budget's; None: no budget) cannot hold the
     later folds at that rate, their steps cut by one factor, never under MIN_STEPS and never
-    above the plan's. Returns (the review with those steps, the plan at `rate`, the seconds
-    the rest of the review takes: the later folds' training, the predictions from fold
-    `index`'s on, the scores and the page)."""
+    above the plan's. `reached` maps a later fold's index to the step a stopped run's
+    checkpoint of it reached (its steps once trained): only the steps left are timed. Returns
+    (the review with those steps, the plan at `rate`, the seconds the rest of the review
+    takes: the later folds' training, the predictions from fold `index`'s on, the scores and
+    the page)."""
     plan = dataclasses.replace(plan, images_per_second=rate)
     steps = list(review.steps)
+    done = [min((reached or {}).get(fold.index, 0), count)
+            for fold, count in zip(review.folds, steps)]
     every = sum(review.train_images) // max(1, len(review.folds) - 1)  # Each photo once.
     own = [every - count for count, fold in zip(review.train_images, review.folds)
            if fold.index >= index]
     rest = _prediction_seconds(plan, own, table) + dict(review.seconds)['scores and page']
-    later = [i for i, fold in enumerate(review.folds) if fold.index > index and steps[i]]
+    later = [i for i, fold in enumerate(review.folds)
+             if fold.index > index and steps[i] > done[i]]
     if seconds_left is not None and later:
         spare = (seconds_left - rest
                  - len(later) * table.startup_seconds(plan.model_name, plan.image_size))
         fitting = max(MIN_STEPS, _fitting_steps(plan, spare, len(later)))
-        steps = [min(count, fitting) if i in later else count for i, count in enumerate(steps)]
-    rest += sum(training_seconds(plan, steps[i], table) for i in later)
+        steps = [min(count, done[i] + fitting) if i in later else count
+                 for i, count in enumerate(steps)]
+    rest += sum(training_seconds(plan, steps[i] - done[i], table) for i in later)
     return dataclasses.replace(review, steps=tuple(steps)), plan, rest
 
 

@@ -229,6 +229,18 @@ def _training_line(runner, index, steps, images, plan, reached=None) -> str:
         os.path.join(runner.layout.logs, 'train-fold-%d.log' % index)))
 
 
+def _steps_reached(layout, review, index):
+    """{fold index: the step its model reached} for the folds after `index` that a stopped
+    run began (a trained fold: its steps)."""
+    reached = {}
+    for fold, steps in zip(review.folds, review.steps):
+        if fold.index > index and steps:
+            trained = os.path.exists(layout.fold(fold.index, 'training.json'))
+            reached[fold.index] = steps if trained else (
+                rerun.latest_step(layout.fold(fold.index, 'model')) or 0)
+    return reached
+
+
 def _refitted(runner, layout, review, plan, index, record, deadline, rate_from="the plan's"):
     """After fold `index` trained: where its measured rate is RATE_TOLERANCE or more off the
     plan's (`rate_from` says whose rate that is), the rest of the review estimated at it and,
@@ -238,7 +250,8 @@ def _refitted(runner, layout, review, plan, index, record, deadline, rate_from="
     if not rate or abs(rate / plan.images_per_second - 1.0) < RATE_TOLERANCE:
         return review, plan
     left = None if deadline is None else deadline - time.time()
-    refitted, at_rate, rest = plan_lib.refit(review, plan, index, rate, left, _cost_table())
+    refitted, at_rate, rest = plan_lib.refit(review, plan, index, rate, left, _cost_table(),
+                                             _steps_reached(layout, review, index))
     cut = [(fold.index, new, old) for fold, old, new in zip(review.folds, review.steps,
                                                            refitted.steps) if new != old]
     runner.say('  fold %d trained at %.1f images/s, %s %.1f: the rest of the review '

@@ -133,6 +133,37 @@ def test_a_fold_slower_than_the_table_refits_the_later_folds_to_the_budget():
     assert plan_lib.refit(review, PLAN, 3, 20.0, 1e6, TABLE)[0].steps == review.steps
 
 
+def test_a_refit_on_a_resumed_review_times_only_the_steps_left():
+    """A rerun of a stopped review: fold 2 trained before, fold 3 stopped at step 200. The rest
+    is fold 3's 100 steps left and fold 4's 300, not three whole folds; under a budget, fold 3
+    keeps its 200 steps done and both get the same steps more."""
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request())
+    reached = {2: 300, 3: 200}
+    _, _, rest = plan_lib.refit(review, PLAN, 1, 5.0, None, TABLE, reached)
+    assert rest == pytest.approx(4 * 60 + 8 / 15.0 + 20.4 + (45 + 100 * 8 / 5.0)
+                                 + (45 + 300 * 8 / 5.0))
+    # 600 s left: 600 - 260.93 - 2 x 45 = 249.07 s for 2 folds, int(249.07 x 5 / 8 / 2) = 77.
+    cut, _, rest = plan_lib.refit(review, PLAN, 1, 5.0, 600.0, TABLE, reached)
+    assert cut.steps == (300, 300, 300, 277, 77) and rest <= 600.0
+
+
+def test_a_resumed_review_refits_for_the_folds_left(tmp_path):
+    """run._refitted reads what a stopped run left: fold 2's training.json (trained), fold 3's
+    checkpoint at step 200."""
+    said = []
+    runner = types.SimpleNamespace(say=said.append)
+    layout = layout_lib.Layout(str(tmp_path))
+    os.makedirs(layout.fold(3, 'model'))
+    os.makedirs(layout.fold(2))
+    with open(layout.fold(2, 'training.json'), 'w') as stream:
+        json.dump({'step': 300}, stream)
+    with open(os.path.join(layout.fold(3, 'model'), 'checkpoint'), 'w') as stream:
+        stream.write('model_checkpoint_path: "model.ckpt-200"\n')
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request())
+    assert run._steps_reached(layout, review, 1) == {2: 300, 3: 200, 4: 0}
+    assert run._steps_reached(layout, review, 3) == {4: 0}
+
+
 def test_the_refit_is_said_in_one_line_and_kept_in_the_plan_file(tmp_path):
     said = []
     runner = types.SimpleNamespace(say=said.append)

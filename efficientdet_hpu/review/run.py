@@ -201,12 +201,15 @@ def records_stage(runner, layout, review, plan, record):
             stats.count(summary['boxes_written'], 'box', 'boxes')))
 
 
-def _fold_stop(deadline, review, plan, index):
-    """When fold `index`'s training must stop so that the later folds, the predictions and
-    the scores still fit the budget (the plan sized the steps to it; this is the guard)."""
+def _fold_stop(deadline, layout, review, plan, index):
+    """When fold `index`'s training must stop so that the later folds (the steps each has
+    left), the predictions and the scores still fit the budget (the plan sized the steps to
+    it; this is the guard)."""
     if deadline is None:
         return None
-    later = sum(plan_lib.training_seconds(plan, steps, _cost_table())
+    reached = _steps_reached(layout, review, index)
+    later = sum(plan_lib.training_seconds(plan, steps - reached.get(fold.index, 0),
+                                          _cost_table())
                 for fold, steps in zip(review.folds, review.steps) if fold.index > index)
     rest = sum(seconds for part, seconds in review.seconds
                if part in ('predictions', 'scores and page'))
@@ -286,7 +289,8 @@ def folds_stage(runner, layout, review, plan, trained_finetune, deadline):
                                           rerun.latest_step(model_dir)))
             started = time.monotonic()
             training = predictions.train(runner, layout, fold, recipe_path, steps, plan,
-                                         _fold_stop(deadline, review, plan, fold.index))
+                                         _fold_stop(deadline, layout, review, plan,
+                                                    fold.index))
             runner.say('  fold %d: trained, %s at step %s (%.1f min)' % (
                 fold.index, training['ended'], training['step'],
                 (time.monotonic() - started) / 60.0))

@@ -147,9 +147,10 @@ def test_a_refit_on_a_resumed_review_times_only_the_steps_left():
     assert cut.steps == (300, 300, 300, 277, 77) and rest <= 600.0
 
 
-def test_a_resumed_review_refits_for_the_folds_left(tmp_path):
-    """run._refitted reads what a stopped run left: fold 2's training.json (trained), fold 3's
-    checkpoint at step 200."""
+def test_a_resumed_review_refits_for_the_folds_left(tmp_path, monkeypatch):
+    """run._steps_reached reads what a stopped run left: fold 2's training.json (trained), fold
+    3's checkpoint at step 200; the budget's guard on fold 1 keeps time for the steps left."""
+    monkeypatch.setattr(run, '_cost_table', lambda: TABLE)
     said = []
     runner = types.SimpleNamespace(say=said.append)
     layout = layout_lib.Layout(str(tmp_path))
@@ -162,6 +163,10 @@ def test_a_resumed_review_refits_for_the_folds_left(tmp_path):
     review = plan_lib.make(PLAN, TRAIN, VAL, Request())
     assert run._steps_reached(layout, review, 1) == {2: 300, 3: 200, 4: 0}
     assert run._steps_reached(layout, review, 3) == {4: 0}
+    # Fold 3: 45 s + 100 x 8 / 10; fold 4: 45 s + 300 x 8 / 10; then predictions and scores.
+    after = dict(review.seconds)['predictions'] + dict(review.seconds)['scores and page']
+    assert run._fold_stop(10000.0, layout, review, PLAN, 1) == pytest.approx(
+        10000.0 - 125.0 - 285.0 - after)
 
 
 def test_the_refit_is_said_in_one_line_and_kept_in_the_plan_file(tmp_path):

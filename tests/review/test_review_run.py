@@ -46,15 +46,19 @@ def make_large_voc(folder):
     return folder
 
 
+def _review(data, out, *flags, hparams=TINY_HPARAMS, timeout=300):
+    """`python review.py` on the module's folder: two folds of 2 steps, and `flags`."""
+    return run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
+                       '--steps=2', '--hparams=%s' % hparams] + list(flags), timeout=timeout)
+
+
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp('review_run')
     data = make_large_voc(str(root / 'data'))
     out = str(root / 'out')
     # A rate far above this machine's: the first fold's measured one must take its place.
-    result = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
-                         '--steps=2', '--hparams=%s' % TINY_HPARAMS,
-                         '--images_per_second=%g' % STATED_RATE], timeout=1700)
+    result = _review(data, out, '--images_per_second=%g' % STATED_RATE, timeout=1700)
     return result, out, data
 
 
@@ -140,8 +144,7 @@ def test_the_photos_are_predicted_whole_in_tiles_and_the_outputs_are_readable(ru
 @pytest.mark.timeout(1800)
 def test_a_rerun_is_done_at_once(run):
     _, out, data = run
-    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
-                        '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=120)
+    again = _review(data, out, timeout=120)
     assert again.returncode == 0 and 'review done earlier' in again.stdout, again.stdout[-3000:]
 
 
@@ -165,9 +168,7 @@ def test_another_threshold_lists_anew_from_the_same_folds(run):
     before = _listed(listed)
 
     def again(threshold, was):
-        result = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out,
-                             '--folds=2', '--steps=2', '--hparams=%s' % TINY_HPARAMS,
-                             '--threshold=%r' % threshold], timeout=300)
+        result = _review(data, out, '--threshold=%r' % threshold)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert '(the review listed at %g): listed anew' % was in result.stdout, result.stdout
         assert 'training 2 steps' not in result.stdout and 'review done in' in result.stdout
@@ -194,8 +195,7 @@ def test_other_flags_over_trained_folds_are_refused_in_one_line(run):
     """A rerun whose fine-tune flags differ (the plan every fold trains with) would mix two
     plans in one review: one line saying how to resume it or where to start afresh."""
     _, out, data = run
-    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
-                        '--steps=2', '--hparams=%s,jitter_min=0.8' % TINY_HPARAMS], timeout=300)
+    again = _review(data, out, hparams='%s,jitter_min=0.8' % TINY_HPARAMS)
     assert_one_line_error(again, 'holds a review whose fold-0 model trained on the last run\'s '
                           'input and flags', "now '%s,jitter_min=0.8'" % TINY_HPARAMS,
                           'in another --output_dir', starts_with='review: error: ')
@@ -211,8 +211,7 @@ def test_input_files_only_touched_leave_the_trained_folds_to_go_on(run):
     later = os.stat(data).st_mtime + 60
     for name in os.listdir(data):
         os.utime(os.path.join(data, name), (later, later))
-    again = run_python(['review.py', '--data=%s' % data, '--output_dir=%s' % out, '--folds=2',
-                        '--steps=2', '--hparams=%s' % TINY_HPARAMS], timeout=300)
+    again = _review(data, out)
     assert again.returncode == 0, again.stdout[-3000:]
     assert re.search(r"the input's files changed since the last run \(\d+ files changed \(.*\)"
                      r"\), its photos and boxes did not: the review's trained folds \(fold-0, "

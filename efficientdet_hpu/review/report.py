@@ -87,8 +87,9 @@ def _detection_rows(photos, detections):
             for row in detections[photo['key']]]
 
 
-def finish(runner, layout, review, record, threshold, trained) -> dict:
-    """Scores, files, summary.json; returns the summary."""
+def finish(runner, layout, review, record, threshold, trained, went_on=False) -> dict:
+    """Scores, files, summary.json; returns the summary. `went_on`: this run went on from
+    folds a stopped one began (its minutes are its own, the plan's the whole review's)."""
     started = time.monotonic()
     photos, categories = photos_of(layout, review, record)
     detections = predictions.by_photo(layout, review.folds)
@@ -126,7 +127,7 @@ def finish(runner, layout, review, record, threshold, trained) -> dict:
         'suspected': issues_lib.counts(issues), 'cards': cards,
         'calibration': {'score_at_0.5': points[0], 'score_at_0.95': points[1]},
         'validation': validation, 'minutes': round(runner.elapsed() / 60.0, 1),
-        'planned_minutes': round(review.total_seconds / 60.0, 1),
+        'planned_minutes': round(review.total_seconds / 60.0, 1), 'went_on': went_on,
         'matched_labels': matched,
         'scoring_seconds': round(time.monotonic() - started, 1),
         'issues_csv': layout.issues_csv, 'page': layout.page, 'coco_json': layout.coco_json,
@@ -154,8 +155,10 @@ def table(summary) -> list:
         rows.append(('validation AP', '%.3f as labelled, %.3f with the suggestions taken: '
                      'the suspected labels could explain %.0f%% of the AP lost' % (
                          validation['AP'], validation['AP_fixed'], 100 * validation['share'])))
-    rows.append(('time', '%.1f min (planned %.1f)' % (summary['minutes'],
-                                                     summary['planned_minutes'])))
+    rows.append(('time', ('%.1f min this run, which went on from a stopped one (planned %.1f '
+                          'for the whole review)' if summary.get('went_on') else
+                          '%.1f min (planned %.1f)') % (summary['minutes'],
+                                                        summary['planned_minutes'])))
     rows += [('page', summary['page']), ('issues', summary['issues_csv']),
              ('labelling tools', summary['coco_json']),
              ('FiftyOne', summary['fiftyone_line'])]

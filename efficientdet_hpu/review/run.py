@@ -367,9 +367,11 @@ def _review(options, stream):
     records_stage(runner, layout, review_, plan, record)
     _stage(runner, 4, 'folds: %d models, each predicting the photos it never saw'
            % len(review_.folds))
+    went_on = any(_steps_reached(layout, review_, -1).values())  # Folds a stopped run began.
     folds_stage(runner, layout, review_, plan, trained, deadline)
     _stage(runner, 5, 'scores: cleanlab, issues.csv, the page, the labelling tools\' files')
-    summary = report.finish(runner, layout, review_, record, options.threshold, trained)
+    summary = report.finish(runner, layout, review_, record, options.threshold, trained,
+                            went_on)
     runner.say('review done in %.1f min (%s):' % (summary['minutes'], layout.summary_json))
     runner.say('\n'.join(report.table(summary)))
     return summary

@@ -20,3 +20,16 @@ def test_fold_models_finding_fewer_than_four_labels_in_five_are_said_to_be_too_w
     assert '--steps' in weak and '--weights' in weak
     assert _fold_models(_summary(80)) == (
         'find 80% of the labels (same class, IoU >= 0.5)')
+
+
+def test_a_run_that_went_on_from_a_stopped_one_says_its_minutes_are_its_own():
+    """A review stopped and run again: the run's minutes are the last piece's, the plan's the
+    whole review's; the row says so rather than read as a review 3 times faster than planned."""
+    def time_row(summary):
+        return next(line.split('time', 1)[1].strip() for line in report.table(summary)
+                    if line.strip().startswith('time'))
+    summary = dict(_summary(90), minutes=56.9, planned_minutes=168.0)
+    assert time_row(summary) == '56.9 min (planned 168.0)'
+    assert time_row(dict(summary, went_on=True)) == (
+        '56.9 min this run, which went on from a stopped one (planned 168.0 for the whole '
+        'review)')

@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from cli_runs import TINY_HPARAMS, python_env, signalled, started
+from cli_runs import TINY_HPARAMS, python_env, run_process, signalled, started
 from efficientdet_hpu.core import processes
+import review_cases
 from test_finetune import make_coco
 
 pytestmark = pytest.mark.slow  # Real fine-tune, mpirun and bench runs, signalled.
@@ -113,6 +114,36 @@ def test_sigterm_to_the_finetune_keeps_the_step_and_the_rerun_goes_on(tmp_path):
     assert ('finetune: stopped by SIGTERM during training at step ' in output
             and '(a second stop signal: its processes were killed at once)' in output), \
         output[-4000:]
+
+
+@pytest.mark.timeout(1500)
+def test_sigterm_to_the_review_keeps_the_folds_step_and_the_rerun_resumes_it(tmp_path):
+    """review.py trains its folds with main.py, whose output goes to a log of the review's:
+    SIGTERM to review.py once fold 0 has logged step 3 stops every process, one line says what
+    is kept, fold 0's checkpoint holds the step reached; the same command then resumes fold 0
+    from that step, timed for the steps left, and the summary says the run went on."""
+    data, out = review_cases.make_voc(str(tmp_path / 'data')), tmp_path / 'out'
+    command = [sys.executable, 'review.py', '--data=%s' % data, '--output_dir=%s' % out,
+               '--folds=2', '--steps=60', '--hparams=%s,log_every_n_steps=1' % TINY_HPARAMS]
+    fold_log = str(out / 'logs' / 'train-fold-0.log')
+    status, output, pids, _ = signal_during_training(
+        command, str(tmp_path / 'first.log'), lambda _: max(_steps(_read(fold_log)) or [0]) >= 3,
+        [signal.SIGTERM])
+    assert status == 143, output[-4000:]
+    step = _latest_step(str(out / 'review' / 'folds' / 'fold-0' / 'model'))
+    assert step is not None and step >= 3, _read(fold_log)[-4000:]
+    assert 'main.py: stopped by SIGTERM at step %d' % step in _read(fold_log)
+    assert output.splitlines()[-1] == (
+        'review: stopped by SIGTERM during the label review; what the review finished is kept; '
+        'rerun the same command to continue'), output[-4000:]
+    assert len(pids) >= 2 and 'Traceback' not in output
+
+    rerun = run_process(command, timeout=900, env=python_env())
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert re.search(r"fold 0: resuming at step %d of 60 on \d+ images, %d steps left, about "
+                     r"\d+ min" % (step, 60 - step), rerun.stdout), rerun.stdout[-4000:]
+    assert re.search(r'time +[\d.]+ min this run, which went on from a stopped one \(planned '
+                     r'[\d.]+ for the whole review\)', rerun.stdout), rerun.stdout[-4000:]
 
 
 def test_sigint_to_bench_ends_its_runs_and_says_so(tmp_path):

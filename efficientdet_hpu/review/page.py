@@ -71,10 +71,11 @@ def _boxes(issue, photo, confident):
 
 def reason(issue) -> str:
     if issue.kind == 'overlooked':
-        return 'no label covers it; the model sees a %s' % issue.class_name
+        # Class names are the user's ("ellipse", "SUV"): no article before them.
+        return 'no label covers it; the model says %s' % issue.class_name
     if issue.kind == 'swap':
-        return 'labelled %s; the model sees a %s' % (issue.class_name,
-                                                      issue.suggested_class or 'other class')
+        return 'labelled %s; the model says %s' % (issue.class_name,
+                                                    issue.suggested_class or 'another class')
     if issue.kind == 'badloc':
         if not issue.suggested_box:
             return 'the %s box matches no prediction of its class' % issue.class_name

@@ -49,11 +49,11 @@ def test_the_dom_holds_the_first_card_of_each_kind(page, tmp_path):
     assert '<figure class="card" id="overlooked-1">' in dom
     first = dom[dom.index('id="overlooked-1"'):]
     first = first[:first.index('</figure>')]
-    assert 'no label covers it; the model sees a blue' in first and 'photo3.jpg' in first
+    assert 'no label covers it; the model says blue' in first and 'photo3.jpg' in first
     assert 'src="crops/overlooked-001.png"' in first
     for kind in ('swap', 'badloc', 'image'):
         assert 'id="%s"' % kind in dom and 'id="%s-' % kind in dom, kind
-    assert 'labelled red; the model sees a blue' in dom
+    assert 'labelled red; the model says blue' in dom
     assert summary['cards'] == dom.count('<figure class="card"')
 
 

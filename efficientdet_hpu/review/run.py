@@ -234,13 +234,14 @@ def _training_line(runner, index, steps, images, plan, reached=None) -> str:
 
 def _steps_reached(layout, review, index):
     """{fold index: the step its model reached} for the folds after `index` that a stopped
-    run began (a trained fold: its steps)."""
+    run began (a trained fold: its steps), never past the fold's steps (a budget's refit may
+    have cut them under its checkpoint)."""
     reached = {}
     for fold, steps in zip(review.folds, review.steps):
         if fold.index > index and steps:
             trained = os.path.exists(layout.fold(fold.index, 'training.json'))
-            reached[fold.index] = steps if trained else (
-                rerun.latest_step(layout.fold(fold.index, 'model')) or 0)
+            reached[fold.index] = steps if trained else min(
+                steps, rerun.latest_step(layout.fold(fold.index, 'model')) or 0)
     return reached
 
 

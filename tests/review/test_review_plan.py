@@ -4,6 +4,7 @@ ten 100 px photos (eight to train, two held out): Lite0 at 128 px (the photos' s
 to start, predicting 3 times as fast as training, the converter 4 images/s, 60 s a
 prediction run), so the arithmetic below does not move when the shipped table is measured
 again."""
+import dataclasses
 import json
 import os
 import time
@@ -167,6 +168,24 @@ def test_a_resumed_review_refits_for_the_folds_left(tmp_path, monkeypatch):
     after = dict(review.seconds)['predictions'] + dict(review.seconds)['scores and page']
     assert run._fold_stop(10000.0, layout, review, PLAN, 1) == pytest.approx(
         10000.0 - 125.0 - 285.0 - after)
+
+
+def test_a_checkpoint_past_a_cut_folds_steps_counts_as_that_fold_done(tmp_path, monkeypatch):
+    """A budget's refit cut fold 3 to 150 steps after a stopped run had taken it to step 200:
+    fold 3 counts as reached at its 150 and costs nothing, where 150 - 200 steps used to take
+    40 s off its start-up and keep 5 s for it."""
+    monkeypatch.setattr(run, '_cost_table', lambda: TABLE)
+    layout = layout_lib.Layout(str(tmp_path))
+    os.makedirs(layout.fold(3, 'model'))
+    with open(os.path.join(layout.fold(3, 'model'), 'checkpoint'), 'w') as stream:
+        stream.write('model_checkpoint_path: "model.ckpt-200"\n')
+    review = plan_lib.make(PLAN, TRAIN, VAL, Request())
+    cut = dataclasses.replace(review, steps=review.steps[:3] + (150,) + review.steps[4:])
+    assert run._steps_reached(layout, cut, 1) == {2: 0, 3: 150, 4: 0}
+    after = dict(review.seconds)['predictions'] + dict(review.seconds)['scores and page']
+    # Folds 2 and 4: 45 + 300 x 0.8 = 285 s each; fold 3: nothing left.
+    assert run._fold_stop(10000.0, layout, cut, PLAN, 1) == pytest.approx(
+        10000.0 - 285.0 - 285.0 - after)
 
 
 def test_the_refit_is_said_in_one_line_and_kept_in_the_plan_file(tmp_path):

@@ -68,6 +68,9 @@ def define_flags():
     flags.DEFINE_integer('tile_overlap', 64, 'predict: pixels adjacent tiles share.',
                          lower_bound=0)
     flags.DEFINE_integer('tile_batch_size', 4, 'predict: tiles per network call.', lower_bound=1)
+    flags.DEFINE_bool('tta', False, 'predict: test-time augmentation: each image (each tile) '
+                      'also run mirrored left-right and the two views fused by weighted box '
+                      'fusion; twice the network time.')
     flags.DEFINE_string('annotations_file', None, 'predict: a COCO JSON of the input photos '
                         '(matched by file name): AP, AP50 and recall at IoU 0.4 into '
                         'output_dir/metrics.json.')
@@ -144,7 +147,7 @@ def run_predict():
     # pylint: disable=import-outside-toplevel
     from efficientdet_hpu.engine import train_log
     from efficientdet_hpu.evaluation import photo_eval
-    from efficientdet_hpu.serving import model_spec, predict, tiled_predict
+    from efficientdet_hpu.serving import flip_predict, model_spec, predict, tiled_predict
     _require('input', 'output_dir')
     if FLAGS.tile_size and not FLAGS.tile_overlap < FLAGS.tile_size:
         raise model_spec.InferenceError('--tile_overlap=%d must be smaller than --tile_size=%d'
@@ -154,6 +157,8 @@ def run_predict():
                                         'JSON of the photos' % FLAGS.annotations_file)
     predict.check_output_dir(FLAGS.input, FLAGS.output_dir)  # Before the model loads.
     predictor, names = _predictor_and_names()
+    if FLAGS.tta:  # Inside the tiles: each tile flipped on its own, the seams merged after.
+        predictor = flip_predict.FlipPredictor(predictor)
     if FLAGS.tile_size:
         predictor = tiled_predict.TiledPredictor(predictor, FLAGS.tile_size, FLAGS.tile_overlap,
                                                  FLAGS.tile_batch_size)

@@ -25,6 +25,7 @@ from efficientdet_hpu.core import tf_env  # (before anything imports tensorflow)
 from absl import logging
 
 from efficientdet_hpu.serving import detector as detector_lib
+from efficientdet_hpu.serving import flip_predict
 from efficientdet_hpu.serving import model_spec
 from efficientdet_hpu.serving import onnx_runner
 from efficientdet_hpu.serving import predict
@@ -41,7 +42,7 @@ ACCEPTED = ('a training run directory (config.yaml and checkpoints, as main.py w
             '`python inference.py export`')
 BEST_DIR = 'best'  # Where evaluation keeps the best checkpoint (engine/checkpoint_eval.py).
 # A fine-tune's --output_dir (finetune/runner.py's Layout): the plan and the main.py run.
-FINETUNE_PLAN, FINETUNE_MODEL = 'plan.json', 'model'
+FINETUNE_PLAN, FINETUNE_MODEL, FINETUNE_SUMMARY = 'plan.json', 'model', 'summary.json'
 DEFAULT_TILE_OVERLAP = 64  # inference.py predict's --tile_overlap.
 CHECKPOINT_INDEX = re.compile(r'model\.ckpt-(\d+)\.index')
 TFLITE_MAGIC = b'TFL3'  # The flatbuffer file identifier, bytes 4-8 of every .tflite file.
@@ -151,6 +152,16 @@ def finetune_model(path, checkpoint=None):
     return model_dir, checkpoint, (tile_size, plan.get('tile_overlap') if tile_size else None)
 
 
+def finetune_tta(path):
+    """Whether a fine-tune's --output_dir chose flips at test time (its summary.json's `tta`:
+    its evaluation measured both; False before it finished)."""
+    try:
+        with open(os.path.join(path, FINETUNE_SUMMARY)) as stream:
+            return bool(json.load(stream).get('tta'))
+    except (OSError, ValueError):
+        return False
+
+
 def open_predictor(path, kind, checkpoint=None, hparams='', label_map=None):
     """(predictor, {category_id: name}, checkpoint prefix or None) of a sniffed path."""
     if kind != 'model_dir' and (checkpoint not in (None, 'latest') or hparams or label_map):
@@ -188,7 +199,7 @@ def _is_whole(value, low):
 
 
 def _check_arguments(score_threshold, max_detections, tile_size, tile_overlap,
-                     tile_batch_size):
+                     tile_batch_size, tta):
     """InferenceError naming the first argument of predict's that is out of its range."""
     for name, value, fine, need in (
             ('score_threshold', score_threshold, _is_number(score_threshold, 0, 1),
@@ -200,7 +211,8 @@ def _check_arguments(score_threshold, max_detections, tile_size, tile_overlap,
             ('tile_overlap', tile_overlap, tile_overlap is None or _is_whole(tile_overlap, 0),
              'None or an int of pixels'),
             ('tile_batch_size', tile_batch_size, _is_whole(tile_batch_size, 1),
-             'an int >= 1')):
+             'an int >= 1'),
+            ('tta', tta, tta is None or isinstance(tta, bool), 'None, True or False')):
         if not fine:
             raise InferenceError('predict(%s=%r): %s' % (name, value, need))
 
@@ -220,16 +232,19 @@ class Detector:
       verbose: keep TensorFlow's Python log (quieted to errors by default, as the commands do).
     Attributes: path, format (one of FORMATS, or FINETUNE), checkpoint (prefix used, or None
       for an export), names ({category_id: name}), tiles ((tile_size, tile_overlap) predict
-      uses by default: a fine-tune's plan's, else (None, None): whole images).
+      uses by default: a fine-tune's plan's, else (None, None): whole images), tta (whether
+      predict fuses each image's left-right flip by default: a fine-tune's choice, measured on
+      its validation photos, else False).
     """
 
     def __init__(self, path, checkpoint=None, hparams='', label_map=None, verbose=False):
         tf_env.quiet_python_logging(verbose)
         self.path = os.fspath(path)
         self.format = sniff(self.path)
-        model, kind, self.tiles = self.path, self.format, (None, None)
+        model, kind, self.tiles, self.tta = self.path, self.format, (None, None), False
         if kind == FINETUNE:  # Its model/ is a training run directory.
             model, checkpoint, self.tiles = finetune_model(self.path, checkpoint)
+            self.tta = finetune_tta(self.path)
             kind = 'model_dir'
         self._predictor, self.names, self.checkpoint = open_predictor(
             model, kind, checkpoint, hparams, label_map)
@@ -242,11 +257,12 @@ class Detector:
             inside = os.path.relpath(self.checkpoint, self.path)
             weights = ', checkpoint %s' % (self.checkpoint if inside.startswith('..') else inside)
         tiles = ', tiles of %d px' % self.tiles[0] if self.tiles[0] else ''
+        tiles += ', flips fused' if self.tta else ''
         return '<Detector %s (%s%s%s), %d class names>' % (self.path, self.format, weights,
                                                            tiles, len(self.names))
 
     def predict(self, source, score_threshold=DEFAULT_SCORE_THRESHOLD, max_detections=None,
-                tile_size=None, tile_overlap=None, tile_batch_size=4, stream=False):
+                tile_size=None, tile_overlap=None, tile_batch_size=4, stream=False, tta=None):
         """Detections per image of `source`: a file path, a glob, a folder, a PIL image, a
         uint8 RGB array [H, W, 3] or a batch [N, H, W, 3], or a list of them.
 
@@ -259,12 +275,15 @@ class Detector:
           `inference.py predict --tile_size`; tile_overlap (default 64) and tile_batch_size as
           its flags. None: `tiles` (a fine-tune's plan's, else whole images); 0: whole images.
         stream: return a generator (one image in memory at a time) instead of a list.
+        tta: also run each image (each tile) mirrored left-right and fuse the two views
+          (serving/flip_predict.py; `inference.py predict --tta`): twice the network time.
+          None: `tta` (a fine-tune's choice, else False).
         Returns a list of Detections (serving/results.py), in input order. A file that
         cannot be decoded is skipped with a warning, as inference.py skips it; when no image
         at all could be read, InferenceError.
         """
         _check_arguments(score_threshold, max_detections, tile_size, tile_overlap,
-                         tile_batch_size)
+                         tile_batch_size, tta)
         if tile_size is None:
             tile_size, tile_overlap = self.tiles[0], (
                 self.tiles[1] if tile_overlap is None else tile_overlap)
@@ -277,16 +296,19 @@ class Detector:
             raise InferenceError('this Detector of %s was closed; create a new one' % self.path)
         items = sources.expand(source)
         results = self._results(items, score_threshold, max_detections,
-                                (tile_size, tile_overlap, tile_batch_size))
+                                (tile_size, tile_overlap, tile_batch_size),
+                                self.tta if tta is None else tta)
         return results if stream else list(results)
 
     __call__ = predict
 
-    def _results(self, items, score_threshold, max_detections, tiles):
+    def _results(self, items, score_threshold, max_detections, tiles, tta):
         tile_size, tile_overlap, tile_batch_size = tiles
         predictor = self._predictor
+        if tta:  # Inside the tiles, as inference.py predict --tta.
+            predictor = flip_predict.FlipPredictor(predictor)
         if tile_size:
-            predictor = tiled_predict.TiledPredictor(self._predictor, tile_size, tile_overlap,
+            predictor = tiled_predict.TiledPredictor(predictor, tile_size, tile_overlap,
                                                      tile_batch_size,
                                                      max_detections=max_detections)
         produced = 0

@@ -244,6 +244,32 @@ def test_paths_that_are_no_model_are_one_line(tmp_path):
         efficientdet_hpu.Detector(tmp_path / 'export', checkpoint='best')
 
 
+def test_tta_gives_the_rows_of_inference_py_predict_tta(run_detector, tiny_trained_run,
+                                                       photos, tmp_path):
+    """tta=True fuses the flips as `inference.py predict --tta` does, inside the tiles; a
+    fine-tune whose evaluation kept them (summary.json's tta) fuses them by default."""
+    photo = _jpegs(photos)[-1]
+    expected = _cli_rows('--model_dir=%s' % tiny_trained_run, photo, tmp_path / 'cli',
+                         '--tile_size=64', '--tile_overlap=8', '--tta')
+    (fused,) = run_detector.predict(photo, tile_size=64, tile_overlap=8, score_threshold=0,
+                                    tta=True)
+    assert fused.to_coco() == expected
+    (plain,) = run_detector.predict(photo, tile_size=64, tile_overlap=8, score_threshold=0)
+    assert plain.to_coco() != expected
+    tuned = tmp_path / 'mine'
+    _run_dir_view(tiny_trained_run, tuned / 'model')
+    (tuned / 'plan.json').write_text(json.dumps({'tile_size': 64, 'tile_overlap': 8}))
+    (tuned / 'summary.json').write_text(json.dumps({'tta': True}))
+    with efficientdet_hpu.Detector(tuned) as detector:
+        assert detector.tta and 'tiles of 64 px, flips fused)' in repr(detector)
+        assert detector.predict(photo, score_threshold=0)[0].to_coco() == expected
+        assert detector.predict(photo, score_threshold=0, tta=False)[0].to_coco() == (
+            plain.to_coco())
+        with pytest.raises(InferenceError, match=r"^predict\(tta='yes'\): None, True or "
+                                                 r"False"):
+            detector.predict(photo, tta='yes')
+
+
 def test_arguments_out_of_range_are_one_line(run_detector, photos, tmp_path):
     path = _jpegs(photos)[0]
     for keywords, message in (

@@ -64,7 +64,8 @@ ROOMY = plan_lib.Hardware(cores=2, memory_gb=20.0, cpu='test CPU')
 # worked out by hand: Lite0 trains 40, 24, 15 and 10 images/s at 128, 192, 256 and 320 px,
 # every process starts in 30 s; an evaluation costs 2 s plus its images at 3 times the
 # training rate; the converter 5 s a split plus 20 images/s, the doctor 20 s; the whole photos
-# 20 s plus their images, the analysis 10 s, the export 60 s.
+# 20 s a run (as they are and with their flips) plus 3 passes of their images, the analysis
+# 10 s, the export 60 s.
 TABLE = costs.Table('test CPU', 2, 'today', (
     costs.Rate('efficientdet-lite0', 128, 40.0, 30.0),
     costs.Rate('efficientdet-lite0', 192, 24.0, 30.0),

@@ -192,8 +192,9 @@ class Table:
                 + self.doctor_seconds)
 
     def final_seconds(self, rate, images) -> float:
-        """The whole-photo evaluation of `images` (tiles when tiled), the analysis, the export."""
-        return (self.predict_seconds + images / (rate * self.inference_speedup)
+        """The whole-photo evaluation of `images` (tiles when tiled), as they are and with
+        their flips fused (two runs, three passes of the network), the analysis, the export."""
+        return (2 * self.predict_seconds + 3 * images / (rate * self.inference_speedup)
                 + self.analysis_seconds + self.export_seconds)
 
 

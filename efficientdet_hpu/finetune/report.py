@@ -70,6 +70,7 @@ def summary(metrics, training, plan, layout, exported, minutes) -> dict:
         'tflite_error': exported.get('tflite_error'),
         'photos': metrics.get('photos'), 'annotations': metrics.get('annotations'),
         'detections': metrics.get('detections'),
+        'tta': bool(metrics.get('tta')), 'views': metrics.get('views'),
         'checkpoint': training.get('checkpoint'), 'best_step': training.get('best_step'),
         'steps_trained': training.get('step'), 'steps_planned': plan.steps,
         'training_ended': training.get('ended'),
@@ -85,6 +86,19 @@ def _number(value, digits=3):
     return '-' if value is None else ('%.*f' % (digits, value))
 
 
+def _flips(record):
+    """The table's row on the flips at test time (the scores above are the kept view's)."""
+    views = record.get('views') or {}
+    if 'flips fused' not in views:
+        return '-'
+    other = views['as they are' if record.get('tta') else 'flips fused']
+    if record.get('tta'):
+        return ('fused (AP %s as the photos are); Detector(%r) fuses them, the SavedModel and '
+                'TFLite run one view: inference.py predict --tta' % (
+                    _number(other['AP']), os.path.dirname(record['model_dir'])))
+    return 'not kept (AP %s with them fused)' % _number(other['AP'])
+
+
 def table(record) -> list:
     """The summary as the lines printed at the end."""
     rows = [
@@ -92,6 +106,7 @@ def table(record) -> list:
             record['photos'], record['annotations'], record['detections'])),
         ('AP / AP50 / recall@IoU0.4', '%s / %s / %s' % (
             _number(record['AP']), _number(record['AP50']), _number(record['recall_iou40']))),
+        ('test-time flips', _flips(record)),
         ('training', '%s of %s steps (%s); best checkpoint: step %s' % (
             record['steps_trained'], record['steps_planned'], record['training_ended'],
             record['best_step'] if record['best_step'] is not None else '-')),

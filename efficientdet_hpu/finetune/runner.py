@@ -88,6 +88,7 @@ class Layout:
     steps_file = property(lambda self: self.path('steps.json'))  # main.py --steps_file.
     evaluation = property(lambda self: self.path('evaluation'))
     analysis = property(lambda self: self.path('evaluation', 'analysis'))
+    flipped = property(lambda self: self.path('evaluation', 'flipped'))  # predict --tta.
     picture = property(lambda self: self.path('detections.png'))
     export = property(lambda self: self.path('export'))
     summary_json = property(lambda self: self.path('summary.json'))

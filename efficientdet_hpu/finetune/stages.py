@@ -7,7 +7,8 @@
                     (SIGTERM: main.py checkpoints and exits); training.json marks it done
   [5/6] evaluation  the whole validation photos predicted with the best checkpoint (tiled
                     when the plan tiles) and scored (inference.py predict --annotations_file),
-                    the error analysis (cli/analyze), detections.png
+                    as they are and with their left-right flips fused (--tta; kept where its
+                    AP is higher), the error analysis (cli/analyze), detections.png
   [6/6] export      SavedModel, then TFLite fp32 (a failure of TFLite is said, not fatal)
 then summary.json and the table. A rerun after summary.json prints the summary again; after
 training.json it evaluates and exports again; before it main.py resumes from model/.
@@ -239,17 +240,42 @@ def _tile_flags(plan):
             if plan.tile_size else [])
 
 
-def evaluation_stage(runner, plan, record, checkpoint):
-    """[5/6]: whole-photo metrics, the error analysis and the picture; returns the metrics."""
+def _scored(runner, plan, checkpoint, output_dir, tta):
+    """inference.py predict of the validation photos into output_dir: its metrics."""
     layout = runner.layout
     chosen = ['--checkpoint=' + checkpoint] if checkpoint else []
-    runner.command('predict', 'inference', [
+    runner.command('predict-tta' if tta else 'predict', 'inference', [
         'predict', '--model_dir=' + layout.model_dir, '--input=' + layout.val_photos,
-        '--output_dir=' + layout.evaluation, '--annotations_file=' + layout.val_json]
-        + chosen + _tile_flags(plan), max(900.0, 30.0 * plan.val_images))
-    with open(os.path.join(layout.evaluation, 'metrics.json')) as stream:
-        metrics = json.load(stream)
-    detections_json = os.path.join(layout.evaluation, 'detections.json')
+        '--output_dir=' + output_dir, '--annotations_file=' + layout.val_json]
+        + chosen + _tile_flags(plan) + (['--tta'] if tta else []),
+        max(900.0, (60.0 if tta else 30.0) * plan.val_images))
+    with open(os.path.join(output_dir, 'metrics.json')) as stream:
+        return json.load(stream)
+
+
+def flips_line(plain, flipped):
+    """(whether the flips are kept: a higher AP, the measure best/ is kept by; the line said)."""
+    kept = flipped['AP'] > plain['AP']
+    return kept, ('  with left-right flips fused (test-time augmentation): AP %.3f / AP50 %.3f, '
+                  'as they are %.3f / %.3f: %s' % (
+                      flipped['AP'], flipped['AP50'], plain['AP'], plain['AP50'],
+                      'kept (the Detector of this folder fuses them; inference.py predict '
+                      '--tta)' if kept else 'not kept'))
+
+
+def evaluation_stage(runner, plan, record, checkpoint):
+    """[5/6]: whole-photo metrics as the photos are and with their flips fused (the better
+    kept: `tta`, and both in `views`), the error analysis and the picture of the kept ones;
+    returns the metrics."""
+    layout = runner.layout
+    plain = _scored(runner, plan, checkpoint, layout.evaluation, tta=False)
+    flipped = _scored(runner, plan, checkpoint, layout.flipped, tta=True)
+    tta, line = flips_line(plain, flipped)
+    runner.say(line)
+    metrics = dict(flipped if tta else plain, tta=tta,
+                   views={'as they are': plain, 'flips fused': flipped})
+    detections_json = os.path.join(layout.flipped if tta else layout.evaluation,
+                                   'detections.json')
     runner.command('analyze', 'analyze', [
         '--detections_json=' + detections_json, '--val_json_file=' + layout.val_json,
         '--image_dir=' + record['val_image_dir'], '--max_dets=0', '--worst=1',
@@ -288,8 +314,9 @@ def _finish(runner, plan, record, training, deadline):
     layout = runner.layout
     checkpoint, step = best_checkpoint(layout.model_dir)
     training = dict(training, best_step=step, checkpoint=checkpoint or layout.model_dir)
-    _stage(runner, 5, 'evaluation: the whole validation photos%s, the error analysis' % (
-        ', tiled' if plan.tile_size else ''), _remaining(plan, 'whole photos + export'), deadline)
+    _stage(runner, 5, 'evaluation: the whole validation photos%s, as they are and with their '
+           'flips, the error analysis' % (', tiled' if plan.tile_size else ''),
+           _remaining(plan, 'whole photos + export'), deadline)
     metrics = evaluation_stage(runner, plan, record, checkpoint)
     _stage(runner, 6, 'export: SavedModel and TFLite', deadline=deadline)
     exported = export_stage(runner, checkpoint)

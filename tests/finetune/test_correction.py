@@ -3,7 +3,7 @@ running main.py's end is moved through its --steps_file (no restart) to the step
 inside an interval, the plan rewritten to what it now trains (num_epochs a fraction main.py
 counts to that step), and moved again after a later evaluation; a freeze the move would shift
 before it is over still restarts. On the plan of ORTHO in 15 min (tests/finetune/test_budget.py:
-890 steps in 10 evaluations of 89)."""
+860 steps in 10 evaluations of 86)."""
 import dataclasses
 import json
 import os
@@ -27,7 +27,7 @@ def plan():
     made = plan_lib.make_plan(ORTHO, ROOMY, plan_lib.Request(weights=LITE0_PTH, max_minutes=15),
                               table=TABLE)
     assert (made.steps, made.eval_interval, made.evaluations, made.freeze_steps) == (
-        890, 89, 10, 44)
+        860, 86, 10, 43)
     return made
 
 
@@ -56,7 +56,7 @@ def _probe(plan, tmp_path, rate, move):
 
 def _main_py_steps(recipe):
     """The steps main.py trains from the recipe: int(num_epochs x steps per epoch), the steps
-    per epoch 89.0 (config/settings.py; tests/finetune/test_plan.py reads a moved plan through
+    per epoch 86.0 (config/settings.py; tests/finetune/test_plan.py reads a moved plan through
     it)."""
     return int(recipe['num_epochs'] * (recipe['num_examples_per_epoch'] / 8.0))
 
@@ -71,7 +71,7 @@ def _fits_to_a_step(moved, probe, from_step):
         dict(moved.seconds)['whole photos + export'] + budget.EXIT_SECONDS) * decision['load']
     there -= max(budget.END_MARGIN * there, budget.END_MARGIN_SECONDS)
     boundaries = sum(1 for k in range(1, moved.evaluations + 1)
-                     if from_step < k * 89 < moved.steps)
+                     if from_step < k * 86 < moved.steps)
     step_seconds = 8 / decision['rate']
     used = (moved.steps - from_step) * step_seconds + (boundaries + 1) * decision['evaluation']
     assert there - step_seconds - decision['evaluation'] - 0.2 <= used <= there + 0.2
@@ -85,14 +85,14 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
         asked.append(dict(decision))
         return correction.move_in_place(runner, current, decision)
     probe = _probe(plan, tmp_path, 8.0, move)
-    assert probe('step 125/890 ... 8.00 images/s') is False  # Not stopped: no restart.
+    assert probe('step 125/860 ... 8.00 images/s') is False  # Not stopped: no restart.
     decision = probe.decision
     assert decision['in_place'] and not decision['restart']
     # Cut to the step that fits without a restart (the restart's start-up is not spent),
     # inside an interval: an evaluation at each interval's end and at the end.
     cut = probe.moved
-    assert cut.steps == decision['end'] == asked[0]['end'] < 890 and cut.steps % 89
-    assert decision['evaluations'] == decision['fit'] == cut.evaluations == -(-cut.steps // 89)
+    assert cut.steps == decision['end'] == asked[0]['end'] < 860 and cut.steps % 86
+    assert decision['evaluations'] == decision['fit'] == cut.evaluations == -(-cut.steps // 86)
     _fits_to_a_step(cut, probe, 125)
     # The file main.py reads: the cut plan's end, warm-up and moving average.
     assert run_end.read(runner.layout.steps_file) == {
@@ -102,9 +102,9 @@ def test_fewer_steps_fit_the_running_main_py_is_cut_in_place(plan, tmp_path):
     # plan.yaml says what now trains: a rerun resumes with it; patience stays main.py's.
     with open(runner.layout.plan_yaml) as stream:
         recipe = yaml.safe_load(stream)
-    assert int(recipe['num_epochs']) == cut.steps // 89 and _main_py_steps(recipe) == cut.steps
+    assert int(recipe['num_epochs']) == cut.steps // 86 and _main_py_steps(recipe) == cut.steps
     assert recipe['moving_average_decay'] == cut.ema_decay
-    assert int(recipe['lr_warmup_epoch'] * 89) == cut.warmup_steps
+    assert int(recipe['lr_warmup_epoch'] * 86) == cut.warmup_steps
     assert recipe['early_stop_patience'] == plan.early_stop_patience == cut.early_stop_patience
     with open(runner.layout.plan_json) as stream:
         assert json.load(stream)['steps'] == cut.steps
@@ -124,7 +124,7 @@ def test_a_move_main_py_reads_past_its_step_leaves_the_plan_at_the_step_reached(
     assert correction.as_reached(runner, cut, 695) is cut  # Ended where asked: as it was.
     assert correction.as_reached(runner, cut, None) is cut
     reached = correction.as_reached(runner, cut, 701)
-    assert reached.steps == 701 and reached.eval_interval == cut.eval_interval == 89
+    assert reached.steps == 701 and reached.eval_interval == cut.eval_interval == 86
     assert (reached.warmup_steps, reached.ema_decay, reached.freeze_steps) == (
         cut.warmup_steps, cut.ema_decay, cut.freeze_steps)  # As main.py kept them.
     assert dict(reached.reasons)['steps'].endswith(
@@ -202,11 +202,11 @@ def test_more_steps_fit_the_end_moves_later_in_place(plan, tmp_path):
     runner = Runner(tmp_path, plan)
     faster = _probe(plan, tmp_path, 40.0, lambda d, current: correction.move_in_place(
         runner, current, d))
-    assert faster('step 125/890 ... 40.00 images/s') is False  # No restart.
+    assert faster('step 125/860 ... 40.00 images/s') is False  # No restart.
     assert faster.decision['in_place'] and not faster.decision['restart']
     later = faster.moved
     assert later.evaluations == faster.decision['evaluations'] > 10
-    assert run_end.read(runner.layout.steps_file)['total_steps'] == later.steps > 890
+    assert run_end.read(runner.layout.steps_file)['total_steps'] == later.steps > 860
     with open(runner.layout.plan_yaml) as stream:
         assert _main_py_steps(yaml.safe_load(stream)) == later.steps
 
@@ -218,15 +218,15 @@ def test_a_freeze_the_move_would_shift_before_it_is_over_restarts(plan, tmp_path
     decision = {'end': 445, 'step': 125, 'rate': 8.0, 'startup': 30.0}
     assert correction.move_in_place(runner, frozen, decision) is None
     assert run_end.read(runner.layout.steps_file) is None  # Nothing written.
-    assert correction.move_in_place(runner, plan, dict(decision, end=890)) is None
+    assert correction.move_in_place(runner, plan, dict(decision, end=860)) is None
     # A probe whose move cannot be made: more fit by more than the tolerance, a restart.
     probe = _probe(plan, tmp_path, 40.0, lambda d, current: None)
-    assert probe('step 125/890 ... 40.00 images/s') is True
+    assert probe('step 125/860 ... 40.00 images/s') is True
     assert not probe.decision.get('in_place') and probe.moved is None
 
 
 def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
-    """Cut to what fits at 8 images/s; after the evaluation at step 178 the run is seen to go at
+    """Cut to what fits at 8 images/s; after the evaluation at step 172 the run is seen to go at
     16: the end moves later, to the step that fits, and a line says so; with nothing new (no
     evaluation since) it stays."""
     runner = Runner(tmp_path, plan)
@@ -234,7 +234,7 @@ def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
     probe = _probe(plan, tmp_path, 8.0, lambda d, current: correction.move_in_place(
         runner, current, d))
     probe.say = said.append
-    probe('step 125/890 ... 8.00 images/s')
+    probe('step 125/860 ... 8.00 images/s')
     first = probe.moved
     assert first.evaluations < 10 and len(said) == 1
     log = tmp_path / 'train_log.jsonl'
@@ -244,12 +244,12 @@ def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
     def train(step, seconds):
         return json.dumps({'event': 'train', 'step': step, 'images_per_sec': 16.0,
                            'time': last['time'] + seconds}) + '\n'
-    log.write_text(text + train(150, 12.5) + train(178, 26.5))
-    probe('step 178/890 ... 16.00 images/s')
+    log.write_text(text + train(150, 12.5) + train(172, 23.5))
+    probe('step 172/860 ... 16.00 images/s')
     assert probe.moved is first and len(said) == 1  # No evaluation since the decision.
-    log.write_text(log.read_text() + json.dumps({'event': 'eval', 'step': 178}) + '\n'
+    log.write_text(log.read_text() + json.dumps({'event': 'eval', 'step': 172}) + '\n'
                    + train(200, 40) + train(225, 52.5) + train(250, 65))
-    probe('step 250/890 ... 16.00 images/s')
+    probe('step 250/860 ... 16.00 images/s')
     again = probe.moved
     assert again.evaluations > first.evaluations and len(said) == 2
     assert probe.decision['step'] == 250 and probe.decision['in_place']
@@ -261,15 +261,15 @@ def test_each_later_evaluation_moves_the_end_again(plan, tmp_path):
 
 
 def test_a_move_needs_seconds_of_steps_and_a_share_of_those_to_go(plan):
-    """At 8 images/s of 8 (a step a second), from the plan's 890 steps: a move needs 5 s of
+    """At 8 images/s of 8 (a step a second), from the plan's 860 steps: a move needs 5 s of
     steps (MOVE_MIN_SECONDS, under the end's 10 s margin) and 2% of the steps to go."""
-    assert not probe_lib.worth_moving(893, plan, 125, 8.0)  # 3 steps, 15.3 the share.
-    assert not probe_lib.worth_moving(875, plan, 125, 8.0)  # 15 steps, still under it.
-    assert probe_lib.worth_moving(874, plan, 125, 8.0)
-    assert not probe_lib.worth_moving(894, plan, 860, 8.0)  # 0.6 the share: 5 s decide.
-    assert probe_lib.worth_moving(895, plan, 860, 8.0) and probe_lib.worth_moving(
-        885, plan, 860, 8.0)
-    assert not probe_lib.worth_moving(860, plan, 860, 8.0)  # Not to the step reached.
+    assert not probe_lib.worth_moving(863, plan, 125, 8.0)  # 3 steps, 14.7 the share.
+    assert not probe_lib.worth_moving(846, plan, 125, 8.0)  # 14 steps, still under it.
+    assert probe_lib.worth_moving(845, plan, 125, 8.0)
+    assert not probe_lib.worth_moving(864, plan, 830, 8.0)  # 0.6 the share: 5 s decide.
+    assert probe_lib.worth_moving(865, plan, 830, 8.0) and probe_lib.worth_moving(
+        855, plan, 830, 8.0)
+    assert not probe_lib.worth_moving(830, plan, 830, 8.0)  # Not to the step reached.
 
 
 def test_a_value_hparams_set_stays_in_the_running_main_py(plan, tmp_path):
@@ -293,11 +293,11 @@ def test_steps_the_user_set_are_not_cut(plan, tmp_path):
     from the plan's): the time budget stops such a run, nothing cuts it."""
     runner = Runner(tmp_path, plan)
     asked = dataclasses.replace(plan, reasons=tuple(
-        (topic, '890 steps of 8 images: asked with --steps' if topic == 'steps' else text)
+        (topic, '860 steps of 8 images: asked with --steps' if topic == 'steps' else text)
         for topic, text in plan.reasons))
     called = []
     probe = _probe(asked, tmp_path, 8.0, lambda decision, current: called.append(decision))
-    probe('step 125/890 ... 8.00 images/s')
+    probe('step 125/860 ... 8.00 images/s')
     assert probe.decision['fit'] < 10 and not called and probe.moved is None
     decision = {'end': 534, 'step': 125, 'rate': 8.0, 'startup': 30.0}
     assert correction.move_in_place(runner, asked, decision) is None

@@ -182,8 +182,8 @@ def test_the_search_line_stays_in_plan_yaml_when_the_steps_change(tmp_path):
 def test_a_slow_start_skips_the_search(tmp_path):
     """SMALL_PHOTOS in 20 min from the ImageNet backbone plans 192 px against 192 px from
     random weights (tests/finetune/test_sizing.py): the data stage planned at 66 s took 198,
-    three times: the search's 161 s would cost 483 s, over 50% of the 1000 - (91.67 + 30)
-    x 3 = 635 s of training left."""
+    three times: the search's 158.67 s would cost 476 s, over 50% of the 1000 - (115 + 30)
+    x 3 = 565 s of training left."""
     import time
     from efficientdet_hpu.finetune import plan as plan_lib
     from efficientdet_hpu.finetune import prepare
@@ -215,24 +215,24 @@ def test_a_slow_start_skips_the_search(tmp_path):
 
 
 def test_stages_half_again_as_slow_keep_a_planned_search_three_times_drop_it():
-    """The same plan (search 161 s, end 91.67 s, start-up 30 s) with 1000 s left: at 1.5 times
-    the search costs 241.5 s of 1000 - 121.67 x 1.5 = 817.5 s of training left, 29.5%, over
+    """The same plan (search 158.67 s, end 115 s, start-up 30 s) with 1000 s left: at 1.5
+    times the search costs 238 s of 1000 - 145 x 1.5 = 782.5 s of training left, 30.4%, over
     the plan's 25% and kept (the run's 50% leaves room for a slower machine and a noisy data
-    stage); at twice, 322 s of 756.7 s, 42.6%, kept too (a VM at half the table's speed); at
-    3 times, 483 s of 635 s, dropped with the line that says why."""
+    stage); at twice, 317.33 s of 710 s, 44.7%, kept too (a VM at half the table's speed); at
+    3 times, 476 s of 565 s, dropped with the line that says why."""
     from efficientdet_hpu.finetune import plan as plan_lib
     from finetune_cases import LITE0_PTH, ROOMY, SMALL_PHOTOS, SEARCH_TABLE as TABLE
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY,
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=20), table=TABLE)
     parts = dict(plan.seconds)
     assert (round(parts['search']), round(parts['whole photos + export'] + parts['start-up'],
-                                          2)) == (161, 121.67)
+                                          2)) == (159, 145.0)
     assert search.skipped_line(plan, 1000.0, 1.5) is None
     assert search.skipped_line(plan, 1000.0, 2.0) is None
     assert search.skipped_line(plan, None, 3.0) is None  # No deadline: nothing to fit.
     assert search.skipped_line(plan, 1000.0, 3.0) == (
         'not searched: 16.7 min left, and the stages before took 3.0 times their estimate: the '
-        'search would cost about 8.1 min, over 50.0% of the training left (the plan\'s 25%, '
+        'search would cost about 7.9 min, over 50.0% of the training left (the plan\'s 25%, '
         'with room for stages 2.0 times their estimate); 192px, the plan\'s own, goes on')
 
 
@@ -271,13 +271,14 @@ def test_each_candidate_is_written_under_its_name_and_read_back(tmp_path):
 
 
 def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
-    """SMALL_PHOTOS' candidates (2440 steps, intervals of 244, search 161 s, start-up 30 s,
+    """SMALL_PHOTOS' candidates (2380 steps, intervals of 238, search 158.67 s, start-up 30 s,
     24 images/s) with the 1134 s left after the data stage: at the stages' ratio 1.0 the plan
-    stands; at 1.5, 16 images/s and 1134 - 241.5 of search - 137.5 of end - 45 of start-up =
-    710 s hold 5.6 intervals of 122 + 5.5 s, 6 planned (the time-budget stop ends a last one
-    that half fits): 1464 steps, the random start's warm-up a quarter of them (366 steps) from
-    its first step, which its continuation keeps. The last candidate is fitted as it starts
-    instead, to the time then left with no search cost to keep."""
+    stands; at 1.5, 16 images/s and 1134 - 238 of search - 172.5 of end - 45 of start-up =
+    678.5 s hold 5.45 intervals of 238 steps, 119 + 5.5 s each, 5 planned (a last one counts
+    where half of it fits, for the time-budget stop to end; 0.45 does not): 1190 steps, the
+    random start's warm-up a quarter of them (297 steps) from its first step, which its
+    continuation keeps. The last candidate is fitted as it starts instead, to the time then
+    left with no search cost to keep."""
     import yaml
     from efficientdet_hpu.finetune import plan as plan_lib
     from efficientdet_hpu.finetune import plan_file
@@ -302,29 +303,30 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
     assert search._fitted(runner, named, 1134.0, 1.0) == named and runner.said == []
     fitted = dict(search._fitted(runner, named, 1134.0, 1.5))
     random_start = fitted['192px-random']
-    # What fits is 6 of its 244-step intervals, 1464 steps; not yet started, they are spread
-    # over 10 evaluations as the plan spreads them: 146 steps each, 1460 (its rung, the first
-    # evaluation, a tenth of the run as planned, not a sixth).
+    # What fits is 5 of its 238-step intervals, 1190 steps; not yet started, they are spread
+    # over 10 evaluations as the plan spreads them: 119 steps each, 1190 (its rung, the first
+    # evaluation, a tenth of the run as planned, not a fifth); the warm-up a quarter of 1190,
+    # at most 1190 // 4 = 297.
     assert (random_start.steps, random_start.eval_interval, random_start.warmup_steps) == (
-        1460, 146, 365)
+        1190, 119, 297)
     assert random_start.evaluations == 10
     assert dict(random_start.reasons)['evaluation'].startswith(
-        '10 evaluations, one every 146 steps')
+        '10 evaluations, one every 119 steps')
     recipe = yaml.safe_load((tmp_path / 'candidates' / '192px-random' / 'plan.yaml').read_text())
     assert recipe['num_epochs'] == 10
     assert (recipe['num_examples_per_epoch'], recipe['cp_every_n_steps'],
-            recipe['log_every_n_steps']) == (146 * random_start.global_batch, 146, 36)
-    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(365, 146)
+            recipe['log_every_n_steps']) == (119 * random_start.global_batch, 119, 29)
+    assert recipe['lr_warmup_epoch'] == plan_file.warmup_epochs(297, 119)
     with open(tmp_path / 'candidates' / '192px-random' / 'plan.json') as stream:
-        assert prepare.plan_from_record(json.load(stream)).steps == 1460
+        assert prepare.plan_from_record(json.load(stream)).steps == 1190
     assert runner.said[1] == (
-        "  192px-random: 1460 steps instead of 2440: fitted before the search to the 18.9 min "
+        "  192px-random: 1190 steps instead of 2380: fitted before the search to the 18.9 min "
         "left, less the search's 4.0, at 16.0 images/s (the table's 24.0 over the stages' "
         "ratio 1.50)")
-    # Fitted as it starts instead, the others' runs done: 892.5 s left (1134 less the first's
-    # 241.5) hold the same 6 intervals with no search to keep; 1134 s would hold 7 (7.46),
-    # 1708 steps, spread over 10 evaluations of 170.
-    for left, steps in ((892.5, 1460), (1134.0, 1700)):
+    # Fitted as it starts instead, the others' runs done: 896 s left (1134 less the first's
+    # 238) hold the same 5 intervals with no search to keep; 1134 s would hold 7 (7.36),
+    # 1666 steps, spread over 10 evaluations of 166.
+    for left, steps in ((896.0, 1190), (1134.0, 1660)):
         search.write_candidates(Runner.layout, named, lambda chosen: yaml.safe_dump(
             plan_file.recipe(chosen, 'train-*', 'val-*', 'val.json')))
         assert dict(search._fitted(runner, named[1:], left, 1.5, last=True))[
@@ -333,12 +335,13 @@ def test_the_candidates_steps_fit_the_time_left_before_their_rungs(tmp_path):
         "fitted as it starts to the 18.9 min left, the search's other runs done, at 16.0 "
         "images/s (the table's 24.0 over the stages' ratio 1.50)")
     # Stages faster than the table's (0.75) shorten the estimates of the start-up and the end,
-    # not the training: the candidates keep the table's 24 images/s and the search its 161 s.
-    # 900 s less 161, the end's 68.75 and the start-up's 22.5 hold 8 intervals of 244 steps
-    # (81.3 s of training and an evaluation each), 1952 steps spread over 10 evaluations.
+    # not the training: the candidates keep the table's 24 images/s and the search its 158.67
+    # s. 900 s less 158.67, the end's 86.25 and the start-up's 22.5, 632.58 s, hold 7.71
+    # intervals of 238 steps (79.33 s of training and a 2.75 s evaluation each), 8 planned:
+    # 1904 steps spread over 10 evaluations of 190, 1900.
     faster = dict(search._fitted(runner, named, 900.0, 0.75))
     assert (faster['192px-random'].images_per_second, faster['192px-random'].steps) == (
-        24.0, 1950)
+        24.0, 1900)
     assert runner.said[-1].endswith(
         "at 24.0 images/s (the table's 24.0; the stages' ratio 0.75 is not read as faster "
         "training)")

@@ -26,46 +26,49 @@ def test_small_photos_train_small_and_search_the_next_size():
     the ImageNet backbone).
 
     Besides training: data 2 x 5 + 720 / 20 + 20 = 66 s, start-up 30. At 192 px (24
-    images/s): whole photos + export 20 + 120 / 72 + 70 = 91.67 s, evaluations 2 + 120 / 72 =
-    3.67 s each: 1200 - 187.67 - 36.67 = 975.67 s train 2927 steps, 39 passes; at 256 px (15)
-    24 passes, at 320 (10) 16: none gets 50, so the smallest, 192 px. The rule cannot weigh
-    192's passes against 256's detail: a search. Trying 256 costs its start-up 30 s, its first
-    interval (1808 steps -> 180) 180 x 8 / 15 = 96 s, an evaluation 2 + 120 / 45 = 4.67 s and
-    the winner's restart 30 s: 160.67 s, under a quarter of 192's 975.67 s of training. Less
-    the search, 815 s train 2445 steps at 192 px: 10 evaluations of 244, 2440 steps."""
+    images/s): whole photos + export 2 x 20 + 3 x 120 / 72 + 70 = 115 s, evaluations 2 + 120 /
+    72 = 3.67 s each: 1200 - 211 - 36.67 = 952.33 s train 2857 steps, 38 passes; at 256 px
+    (15) 1761 steps, 23 passes, at 320 (10) 15: none gets 50, so the smallest, 192 px. The rule
+    cannot weigh 192's passes against 256's detail: a search. Trying 256 costs its start-up 30
+    s, its first interval (1761 steps -> 176) 176 x 8 / 15 = 93.87 s, an evaluation 2 + 120 /
+    45 = 4.67 s and the winner's restart 30 s: 158.53 s, under a quarter of 192's 952.33 s of
+    training. Less the search, 793.8 s train 2381 steps at 192 px: 10 evaluations of 238, 2380
+    steps."""
     request = plan_lib.Request(max_minutes=20)
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=TABLE)
     assert (plan.image_size, plan.tile_size, plan.candidates) == (192, 0, ('192px', '256px'))
-    assert (plan.steps, plan.eval_interval) == (2440, 244)
-    assert dict(plan.seconds)['search'] == pytest.approx(160.667, abs=0.01)
+    assert (plan.steps, plan.eval_interval) == (2380, 238)
+    assert dict(plan.seconds)['search'] == pytest.approx(158.533, abs=0.01)
     reasons = dict(plan.reasons)
-    assert 'passes: 192 px 39, 256 px 24, 320 px 16' in reasons['image size']
+    assert 'passes: 192 px 38, 256 px 23, 320 px 15' in reasons['image size']
     assert '192 px against 256 px' in reasons['search']
-    assert 'the budget holds 33 passes of the 100 wanted' in reasons['steps']
+    assert 'the budget holds 32 passes of the 100 wanted' in reasons['steps']
     assert plan.total_seconds <= 20 * 60
     # The other candidate fits the same budget less the same search: at 256 px 1200 - 66 - 30
-    # - 160.67 - (20 + 120 / 45 + 70) - 10 x 4.67 = 804.27 s, 1508 steps, 1500 in 10 of 150.
+    # - 158.53 - (2 x 20 + 3 x 120 / 45 + 70) - 10 x 4.67 = 780.8 s, 1464 steps, 1460 in 10
+    # of 146.
     other = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '256px', table=TABLE)
-    assert (other.image_size, other.steps, other.eval_interval) == (256, 1500, 150)
+    assert (other.image_size, other.steps, other.eval_interval) == (256, 1460, 146)
     assert other.candidates == ()
 
 
 def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
     """The same photos from the ImageNet backbone: 600 whole photos, at least
     RANDOM_START_MIN_PHOTOS, so random weights are tried beside it at the smaller size, 192.
-    That trial costs 30 + (2927 // 10 = 292) x 8 / 24 + 3.67 = 131 s; with 256's 130.67 and the
-    restart, 291.67 s, over a quarter of the 975.67 s of training: 256 is given up first, and
-    the random start alone costs 161 s. Less it, 2440 steps as above. The random start trains
-    D0 (model_choice.RANDOM_START_MODEL), at Lite0's 24 images/s in SEARCH_TABLE."""
+    That trial costs 30 + (2857 // 10 = 285) x 8 / 24 + 3.67 = 128.67 s; with 256's 128.53
+    and the restart, 287.2 s, over a quarter of the 952.33 s of training: 256 is given up
+    first, and the random start alone costs 158.67 s. Less it, 793.67 s train 2381 steps, 2380
+    as above. The random start trains D0 (model_choice.RANDOM_START_MODEL), at Lite0's 24
+    images/s in SEARCH_TABLE."""
     request = plan_lib.Request(weights=LITE0_PTH, max_minutes=20)
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, request, table=SEARCH_TABLE)
     assert (plan.image_size, plan.candidates, plan.steps) == (
-        192, ('192px', '192px-random'), 2440)
-    assert dict(plan.seconds)['search'] == pytest.approx(161.0)
+        192, ('192px', '192px-random'), 2380)
+    assert dict(plan.seconds)['search'] == pytest.approx(30 + 95 + 2 + 120 / 72 + 30)
     search = dict(plan.reasons)['search']
     assert search.startswith('192px from the ImageNet backbone against 192px-random from '
                              'random weights')
-    assert search.endswith('256px not tried: with it the search would cost 4.9 min, over 25% '
+    assert search.endswith('256px not tried: with it the search would cost 4.8 min, over 25% '
                            'of the training')
     # The random start is the plan from random weights at 192 px: the same steps, the
     # from-scratch rate and warm-up (a quarter), no freeze, no --backbone_ckpt, and
@@ -76,7 +79,7 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
     other = plan_lib.candidate_plan(plan, SMALL_PHOTOS, ROOMY, request, '192px-random',
                                     table=SEARCH_TABLE)
     assert (other.image_size, other.steps, other.warmup_steps, other.freeze_steps) == (
-        192, 2440, 610, 0)
+        192, 2380, 595, 0)
     assert other.weights == plan_lib.Weights() and other.model_name == 'efficientdet-d0'
     assert dict(other.model_keys) == dict(
         fpn_num_filters=48, fpn_cell_repeats=2, box_class_repeats=2, min_level=3, max_level=5,
@@ -141,36 +144,37 @@ def test_many_whole_photos_from_imagenet_weights_try_random_weights_first():
 
 def test_few_photos_keep_the_full_size_and_widen_the_jitter():
     """40 photos of 640 px, boxes a third to half of them, 30 min: at 320 px the fixed stages
-    take 2 x 5 + 50 / 20 + 20 + 30 + 20 + 10 / 30 + 70 = 152.83 s and 10 evaluations 2 + 10 /
-    30 = 2.33 s each: 1800 - 152.83 - 23.33 = 1623.83 s fill 2029 steps, 405 passes (in 10
-    evaluations of 202: 2020). Every size gets 50 passes, so the largest (320, the model's
-    own; the 640 px photos allow more), no search; 40 photos seen 100 times or more widen
-    the jitter."""
+    take 2 x 5 + 50 / 20 + 20 + 30 + 2 x 20 + 3 x 10 / 30 + 70 = 173.5 s and 10 evaluations 2
+    + 10 / 30 = 2.33 s each: 1800 - 173.5 - 23.33 = 1603.17 s fill 2003 steps, 401 passes (in
+    10 evaluations of 200: 2000, 400 passes). Every size gets 50 passes, so the largest (320,
+    the model's own; the 640 px photos allow more), no search; 40 photos seen 100 times or
+    more widen the jitter."""
     plan = plan_lib.make_plan(FEW_PHOTOS, ROOMY,
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=30), table=TABLE)
     assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
-        320, 2020, 202, ())
+        320, 2000, 200, ())
     keys = dict(plan.schedule_keys)
     assert (keys['jitter_min'], keys['jitter_max']) == (0.7, 1.3)
-    assert '40 photos seen about 404 times' in dict(plan.reasons)['augmentation']
+    assert '40 photos seen about 400 times' in dict(plan.reasons)['augmentation']
 
 
 def test_few_photos_in_a_short_budget_train_small_for_enough_steps():
     """The same 40 photos in 6 min: data 2 x 5 + 50 / 20 + 20 = 32.5 s and start-up 30 at
-    every size. At 256 px (15 images/s) whole photos + export 20 + 10 / 45 + 70 = 90.22 s,
-    evaluations 2.22 s: 360 - 152.72 = 207.28 s, 388 steps, then with 7 evaluations (15.56 s)
-    359 steps, 72 passes; at 192 px 557 steps, 111 passes; at 128 px (40 images/s) 932 steps,
-    186 passes; at 320 px 247, 49. Three sizes get 50 passes but none 1000 steps, too few for
-    the random heads: the smallest the boxes allow (a 160 px box is 25% of its photo: 32 px at
-    128). Trying 192 costs 30 + 55 x 8 / 24 + 2.14 + 30 = 80.5 s, over 25% of 932 x 8 / 40 =
-    186 s: no search. 10 evaluations of 93: 930 steps."""
+    every size. At 256 px (15 images/s) whole photos + export 2 x 20 + 3 x 10 / 45 + 70 =
+    110.67 s, evaluations 2.22 s: 360 - 173.17 = 186.83 s, 350 steps, then with 7 evaluations
+    (15.56 s) 321 steps, with 6 (13.33 s) 325, 65 passes; at 192 px 497 steps, 99 passes; at
+    128 px (40 images/s) 832 steps, 166 passes; at 320 px 221, 44. Three sizes get 50 passes
+    but none 1000 steps, too few for the random heads: the smallest the boxes allow (a 160 px
+    box is 25% of its photo: 32 px at 128). Trying 192 costs 30 + (497 // 9 = 55) x 8 / 24 +
+    2.14 + 30 = 80.5 s, over 25% of 832 x 8 / 40 = 166.4 s: no search. 10 evaluations of 83:
+    830 steps."""
     plan = plan_lib.make_plan(FEW_PHOTOS, ROOMY,
                               plan_lib.Request(weights=LITE0_PTH, max_minutes=6), table=TABLE)
     assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
-        128, 930, 93, ())
+        128, 830, 83, ())
     reasons = dict(plan.reasons)
-    assert ('no size gets 50 passes and 1000 steps in the budget (passes: 128 px 186, 192 px '
-            '111, 256 px 72, 320 px 49; steps: 128 px 932, 192 px 557, 256 px 359, 320 px 247)'
+    assert ('no size gets 50 passes and 1000 steps in the budget (passes: 128 px 166, 192 px '
+            '99, 256 px 65, 320 px 44; steps: 128 px 832, 192 px 497, 256 px 325, 320 px 221)'
             in reasons['image size'])
     assert reasons['search'].startswith('none: trying 192px beside 128px would cost 1.3 min')
 
@@ -185,17 +189,18 @@ def test_enough_passes_and_steps_pick_the_largest_size_that_has_both():
 
 def test_many_classes_and_photos_in_a_short_budget_train_small_without_a_search():
     """2000 photos of 256 px, 20 classes, random weights, 10 min: data 2 x 5 + 2200 / 20 + 20
-    = 140 s. At 128 px (40 images/s) whole photos + export 20 + 200 / 120 + 70 = 91.67 s,
-    evaluations 2 + 200 / 120 = 3.67 s: 600 - 261.67 - 36.67 = 301.67 s, 1508 steps, 6
-    passes; no size gets 50: 128 px. Trying 192 would cost 30 + 86 x 8 / 24 + 4.78 + 30 =
-    93.4 s, over a quarter of 301.67: no search. From random weights: the demo's rate."""
+    = 140 s. At 128 px (40 images/s) whole photos + export 2 x 20 + 3 x 200 / 120 + 70 = 115
+    s, evaluations 2 + 200 / 120 = 3.67 s: 600 - 285 - 36.67 = 278.33 s, 1391 steps, 6
+    passes; no size gets 50: 128 px. Trying 192 (791 steps there) would cost 30 + 79 x 8 / 24
+    + 4.78 + 30 = 91.1 s, over a quarter of 278.2: no search. From random weights: the demo's
+    rate."""
     plan = plan_lib.make_plan(MANY_CLASSES, ROOMY, plan_lib.Request(max_minutes=10),
                               table=TABLE)
     assert (plan.image_size, plan.steps, plan.eval_interval, plan.candidates) == (
-        128, 1500, 150, ())
-    assert 'none: trying 192px beside 128px would cost 1.6 min' in dict(plan.reasons)['search']
+        128, 1390, 139, ())
+    assert 'none: trying 192px beside 128px would cost 1.5 min' in dict(plan.reasons)['search']
     assert dict(plan.schedule_keys)['learning_rate'] == 1.28
-    assert plan.warmup_steps == 375  # A quarter of 1500.
+    assert plan.warmup_steps == 347  # A quarter of 1390, at most 1390 // 4.
 
 
 def test_big_photos_with_small_objects_are_tiled_at_the_models_size():
@@ -216,13 +221,13 @@ def test_without_a_budget_the_largest_size_and_no_search():
 def test_the_doctors_larger_size_is_the_plans_and_the_rules_is_tried_beside_it():
     """The doctor, run at the rule's 192 px, found the anchors miss boxes there and advised
     256: the plan trains 256 and tries 192 beside it (the doctor's coverage against the rule's
-    passes). At 256 px 1808 steps fit (above); trying 192 costs 30 + (2927 // 10 = 292) x 8 /
-    24 + 3.67 + 30 = 161 s, under a quarter of 256's 964.3 s of training; less it, 803.67 s
-    train 1506 steps at 256: 10 evaluations of 150."""
+    passes). At 256 px 1761 steps fit (above); trying 192 costs 30 + (2857 // 10 = 285) x 8 /
+    24 + 3.67 + 30 = 158.67 s, under a quarter of 256's 939.2 s of training; less it, 939.33 -
+    158.67 = 780.67 s train 1463 steps at 256: 10 evaluations of 146."""
     plan = plan_lib.make_plan(SMALL_PHOTOS, ROOMY, plan_lib.Request(max_minutes=20),
                               (('image_size', 256),), table=TABLE)
-    assert (plan.image_size, plan.candidates, plan.steps) == (256, ('256px', '192px'), 1500)
-    assert dict(plan.seconds)['search'] == pytest.approx(161.0)
+    assert (plan.image_size, plan.candidates, plan.steps) == (256, ('256px', '192px'), 1460)
+    assert dict(plan.seconds)['search'] == pytest.approx(30 + 95 + 2 + 120 / 72 + 30)
     assert "the data doctor's advice (more of the boxes reach an anchor) over the 192 px" in \
         dict(plan.reasons)['image size']
     # Without a budget the doctor's size alone.

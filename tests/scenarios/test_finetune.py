@@ -126,8 +126,16 @@ def _check_run(run, format_line):
         totals = {json.loads(line).get('total_steps') for line in stream} - {None}
     assert totals == {STEPS}
     for path in ('plan.yaml', 'detections.png', 'evaluation/metrics.json',
-                 'evaluation/analysis/analysis.json'):
+                 'evaluation/flipped/metrics.json', 'evaluation/analysis/analysis.json'):
         assert os.path.isfile(os.path.join(out, path)), path
+    # Both views scored, the higher AP kept and said with both scores.
+    views = summary['views']
+    assert summary['tta'] == (views['flips fused']['AP'] > views['as they are']['AP'])
+    assert summary['AP'] == views['flips fused' if summary['tta'] else 'as they are']['AP']
+    assert ('  with left-right flips fused (test-time augmentation): AP %.3f / AP50 %.3f, as '
+            'they are %.3f / %.3f: ' % (views['flips fused']['AP'], views['flips fused']['AP50'],
+                                        views['as they are']['AP'], views['as they are']['AP50'])
+            in run[0].stdout)
     return summary
 
 
@@ -154,19 +162,22 @@ def test_a_voc_folder_of_large_photos_end_to_end_in_tiles(voc_run):
 @pytest.mark.timeout(1200)
 def test_the_output_folder_is_a_detector_that_tiles_as_the_plan(voc_run):
     """Detector(output_dir) from Python: the checkpoint the fine-tune evaluated, its tiles and
-    class names give the rows of its own evaluation (evaluation/detections.json)."""
+    class names, with the flips where it kept them, give the rows of its own evaluation
+    (evaluation/detections.json, or evaluation/flipped/ with the flips)."""
     import efficientdet_hpu  # pylint: disable=import-outside-toplevel
     result, out, _ = voc_run
     assert "from Python                Detector(%r).predict(photos)" % out in result.stdout
-    with open(os.path.join(out, 'evaluation', 'detections.json')) as stream:
-        expected = [dict(row, image_id=None) for row in json.load(stream)]
     with open(os.path.join(out, 'summary.json')) as stream:
-        checkpoint = json.load(stream)['checkpoint']
+        summary = json.load(stream)
+    checkpoint = summary['checkpoint']
+    kept = os.path.join(out, 'evaluation', 'flipped' if summary['tta'] else '')
+    with open(os.path.join(kept, 'detections.json')) as stream:
+        expected = [dict(row, image_id=None) for row in json.load(stream)]
     with efficientdet_hpu.Detector(out) as detector:
         assert detector.format == 'finetune' and detector.tiles == (128, 25)
         assert detector.checkpoint.startswith(checkpoint)  # model/best, as evaluated.
         assert set(detector.names.values()) == {'red', 'blue'}  # make_voc's classes.
-        assert 'tiles of 128 px' in repr(detector)
+        assert 'tiles of 128 px' in repr(detector) and detector.tta == summary['tta']
         found = detector.predict(os.path.join(out, 'data', 'val_photos'), score_threshold=0)
         whole = detector.predict(os.path.join(out, 'data', 'val_photos'), score_threshold=0,
                                  tile_size=0)

@@ -18,7 +18,7 @@ from test_finetune_reruns import _lite0_pth
 
 def _search_table(path):
     """Lite0 at 128 px 40 images/s, at 192 px 24; 5 s start-ups; small fixed stages: 640
-    photos of 160 px (512 to train) in 5 min get 11 passes at 128 px and 6 at 192, so the plan
+    photos of 160 px (512 to train) in 5 min get 10 passes at 128 px and 6 at 192, so the plan
     trains 128 px; from an ImageNet backbone, with 500 whole photos or more, it tries random
     weights beside it at 128 px (trying 192 px too would cost over a quarter of the training).
     The data stage's estimate (66 s, with a 45 s doctor) is over three times its 18 s on a

@@ -95,6 +95,8 @@ def one_command(data_set, built, pth, directory):
                                     ', tiles' if result['tile_size'] else '',
                                     '' if record['weights']['kind'] else ', random weights',
                                     reasons.get('search', 'no search'))
+    if result.get('tta'):  # The evaluation kept the flips: what the photos as they are gave.
+        plan += '; flips fused (AP50 %.3f as they are)' % result['views']['as they are']['AP50']
     return {'AP50': result['AP50'], 'minutes': result['minutes'], 'plan': plan,
             'steps': result['steps_trained'], 'ended': result['training_ended']}
 

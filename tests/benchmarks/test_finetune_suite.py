@@ -89,6 +89,26 @@ def test_a_run_stopped_at_its_budget_is_kept_and_an_unasked_stop_status_is_a_fai
         run(exits_143, 120, str(tmp_path / 'log'), 'the hand recipe')
 
 
+def test_the_plan_column_says_where_the_flips_were_kept(tmp_path):
+    """A finished fine-tune is read, not run again: its plan, and where its evaluation kept the
+    flips, what the photos as they are scored."""
+    out = tmp_path / 'finetune'
+    out.mkdir()
+    summary = {'AP50': 0.482, 'minutes': 17.9, 'model': 'efficientdet-lite0', 'image_size': 320,
+               'tile_size': 320, 'steps_trained': 1077, 'training_ended': 'completed',
+               'tta': True, 'views': {'as they are': {'AP': 0.111, 'AP50': 0.428},
+                                      'flips fused': {'AP': 0.135, 'AP50': 0.482}}}
+    (out / 'summary.json').write_text(json.dumps(summary))
+    (out / 'plan.json').write_text(json.dumps({'reasons': [], 'weights': {'kind': 'backbone'}}))
+    data_set = finetune_sets.SETS[0]
+    row = finetune_suite.one_command(data_set, {}, '/unused.pth', str(tmp_path))
+    assert row['AP50'] == 0.482
+    assert row['plan'] == 'lite0 at 320 px, tiles; no search; flips fused (AP50 0.428 as they are)'
+    (out / 'summary.json').write_text(json.dumps(dict(summary, tta=False)))
+    row = finetune_suite.one_command(data_set, {}, '/unused.pth', str(tmp_path))
+    assert row['plan'] == 'lite0 at 320 px, tiles; no search'
+
+
 def test_unknown_sets_are_named():
     with pytest.raises(BenchError, match='no set nope; choose among shapes-300'):
         finetune_suite.select(['nope'], False)

@@ -101,20 +101,24 @@ def _val_image(tiny_dataset):
 
 def test_the_tiny_model_with_flips_is_flip_equivariant(tiny_export, tiny_dataset):
     """The fused views of a mirrored photo are the fused views of the photo, mirrored: the
-    views swap, and the fusion treats them alike."""
+    views swap, and the fusion treats them alike. Compared on the 20 best detections, each
+    found among the other's: the barely trained model gives many equal low scores, whose
+    order (and which of them the cap keeps) float rounding decides."""
     predictor = flip_predict.FlipPredictor(
         detector.SavedModelPredictor(tiny_export['export_dir']))
     _, image = _val_image(tiny_dataset)
     direct = predictor.predict(image[None])
     mirrored = predictor.predict(np.ascontiguousarray(image[None, :, ::-1]))
     count = int(direct['num_detections'][0])
-    assert count == int(mirrored['num_detections'][0]) > 0
-    order = np.lexsort(direct['detection_boxes'][0, :count].T)
+    assert count == int(mirrored['num_detections'][0]) > 20
     back = flip_predict.mirror(mirrored['detection_boxes'][0, :count], image.shape[1])
-    np.testing.assert_allclose(back[np.lexsort(back.T)],
-                               direct['detection_boxes'][0, :count][order], atol=1e-3)
-    np.testing.assert_allclose(np.sort(mirrored['detection_scores'][0, :count]),
-                               np.sort(direct['detection_scores'][0, :count]), atol=1e-5)
+    for index in range(20):  # Best first.
+        box, score = direct['detection_boxes'][0, index], direct['detection_scores'][0, index]
+        same = ((np.abs(back - box).max(axis=1) < 1e-3)
+                & (np.abs(mirrored['detection_scores'][0, :count] - score) < 1e-5)
+                & (mirrored['detection_classes'][0, :count]
+                   == direct['detection_classes'][0, index]))
+        assert same.any(), (index, box, score)
     plain = detector.SavedModelPredictor(tiny_export['export_dir']).predict(image[None])
     assert not np.allclose(np.sort(plain['detection_scores'][0])[-count:],
                            np.sort(direct['detection_scores'][0, :count]))

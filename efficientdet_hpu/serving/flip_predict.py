@@ -31,26 +31,25 @@ def mirror(boxes, width):
 
 def _fuse_class(boxes, scores, views, count, iou_thresh):
     """Fused boxes and scores of one class's detections of `count` views, best first."""
-    weighted, weights, members = [], [], []
+    size = len(scores)
+    weighted, weights = np.zeros((size, 4)), np.zeros(size)
+    fused, voted = np.zeros((size, 4)), np.zeros((size, count), bool)
+    clusters = 0
     for index in np.argsort(-scores, kind='stable').tolist():
         box, score, view = boxes[index], float(scores[index]), int(views[index])
-        if weighted:
-            fused = np.asarray(weighted) / np.asarray(weights)[:, None]
-            overlaps = host_postprocess.iou_many_to_many(box[None], fused)[0]
-            overlaps[[view in voted for voted in members]] = -1.0  # One vote a view.
+        target = clusters
+        if clusters:
+            overlaps = host_postprocess.iou_one_to_many(box, fused[:clusters])
+            overlaps[voted[:clusters, view]] = -1.0  # One vote a view.
             best = int(np.argmax(overlaps))
-            if overlaps[best] > iou_thresh:
-                weighted[best] = weighted[best] + score * box
-                weights[best] += score
-                members[best].add(view)
-                continue
-        weighted.append(score * box)
-        weights.append(score)
-        members.append({view})
-    if not weighted:
-        return np.zeros((0, 4), np.float32), np.zeros(0, np.float32)
-    fused_boxes = np.asarray(weighted) / np.asarray(weights)[:, None]
-    return fused_boxes.astype(np.float32), (np.asarray(weights) / count).astype(np.float32)
+            target = best if overlaps[best] > iou_thresh else clusters
+        weighted[target] += score * box
+        weights[target] += score
+        # A cluster of one keeps its box as the view gave it.
+        fused[target] = box if target == clusters else weighted[target] / weights[target]
+        voted[target, view] = True
+        clusters += int(target == clusters)
+    return fused[:clusters].astype(np.float32), (weights[:clusters] / count).astype(np.float32)
 
 
 def fuse(views, iou_thresh=IOU_THRESH, max_detections=None):

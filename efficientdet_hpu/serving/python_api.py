@@ -139,27 +139,24 @@ def _open_model_dir(path, checkpoint, hparams, label_map):
 
 
 def finetune_model(path, checkpoint=None):
-    """(model_dir, checkpoint, (tile_size, tile_overlap)) of a fine-tune's --output_dir: its
-    main.py run at the checkpoint the fine-tune evaluated and exported (best/ when evaluation
-    kept one, else the newest) unless `checkpoint` names another, its plan's tiles
-    ((None, None) when the plan does not tile)."""
+    """(model_dir, checkpoint, (tile_size, tile_overlap), tta) of a fine-tune's --output_dir:
+    its main.py run at the checkpoint the fine-tune evaluated and exported (best/ when
+    evaluation kept one, else the newest) unless `checkpoint` names another, its plan's tiles
+    ((None, None) when the plan does not tile), and whether it chose flips at test time (its
+    summary.json's `tta`: its evaluation measured both; False before it finished)."""
     model_dir = os.path.join(path, FINETUNE_MODEL)
     with open(os.path.join(path, FINETUNE_PLAN)) as stream:
         plan = json.load(stream)
+    try:
+        with open(os.path.join(path, FINETUNE_SUMMARY)) as stream:
+            tta = bool(json.load(stream).get('tta'))
+    except (OSError, ValueError):
+        tta = False
     if checkpoint is None and os.path.isfile(os.path.join(model_dir, BEST_DIR, 'checkpoint')):
         checkpoint = 'best'
     tile_size = plan.get('tile_size') or None
-    return model_dir, checkpoint, (tile_size, plan.get('tile_overlap') if tile_size else None)
-
-
-def finetune_tta(path):
-    """Whether a fine-tune's --output_dir chose flips at test time (its summary.json's `tta`:
-    its evaluation measured both; False before it finished)."""
-    try:
-        with open(os.path.join(path, FINETUNE_SUMMARY)) as stream:
-            return bool(json.load(stream).get('tta'))
-    except (OSError, ValueError):
-        return False
+    tiles = (tile_size, plan.get('tile_overlap') if tile_size else None)
+    return model_dir, checkpoint, tiles, tta
 
 
 def open_predictor(path, kind, checkpoint=None, hparams='', label_map=None):
@@ -243,8 +240,7 @@ class Detector:
         self.format = sniff(self.path)
         model, kind, self.tiles, self.tta = self.path, self.format, (None, None), False
         if kind == FINETUNE:  # Its model/ is a training run directory.
-            model, checkpoint, self.tiles = finetune_model(self.path, checkpoint)
-            self.tta = finetune_tta(self.path)
+            model, checkpoint, self.tiles, self.tta = finetune_model(self.path, checkpoint)
             kind = 'model_dir'
         self._predictor, self.names, self.checkpoint = open_predictor(
             model, kind, checkpoint, hparams, label_map)

@@ -166,9 +166,12 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(tiny_dataset,
                        '--cp_every_n_steps=1')
     with started([sys.executable, 'main.py'] + flags, stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL) as process:
+        # The Saver writes model.ckpt-N's files, then names N in the `checkpoint` file: what
+        # a rerun resumes from. Waiting on that file, not on the .index (a kill between the
+        # two leaves N-1 the latest, as it should).
         deadline = time.time() + 600
-        while time.time() < deadline and not os.path.exists(
-                os.path.join(model_dir, 'model.ckpt-3.index')):
+        while time.time() < deadline and int(
+                (tf.train.latest_checkpoint(model_dir) or '-0').rsplit('-', 1)[1]) < 3:
             time.sleep(0.5)
         process.send_signal(signal.SIGKILL)
     latest = tf.train.latest_checkpoint(model_dir)

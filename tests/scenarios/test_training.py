@@ -15,7 +15,9 @@ METRIC_KEYS = ['AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
 
 
 def _latest_step(model_dir):
-    return int(tf.train.latest_checkpoint(model_dir).rsplit('-', 1)[1])
+    """The step the `checkpoint` file names (what a rerun resumes from), or None."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    return int(latest.rsplit('-', 1)[1]) if latest else None
 
 
 def _records(model_dir, event):
@@ -170,18 +172,17 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(tiny_dataset,
         # a rerun resumes from. Waiting on that file, not on the .index (a kill between the
         # two leaves N-1 the latest, as it should).
         deadline = time.time() + 600
-        while time.time() < deadline and int(
-                (tf.train.latest_checkpoint(model_dir) or '-0').rsplit('-', 1)[1]) < 3:
+        while time.time() < deadline and (_latest_step(model_dir) or 0) < 3:
             time.sleep(0.5)
         process.send_signal(signal.SIGKILL)
     latest = tf.train.latest_checkpoint(model_dir)
     assert latest is not None
-    killed_at = int(latest.rsplit('-', 1)[1])
+    killed_at = _latest_step(model_dir)
     assert killed_at >= 3
     # Same command, shorter schedule: finishes right after the step it resumed from.
     result = run_main(tiny_flags(tiny_dataset, model_dir, '--mode=train',
                                  '--num_epochs=%d' % (killed_at // 2 + 1), '--cp_every_n_steps=1'))
     assert result.returncode == 0, result.stdout[-5000:]
     assert 'resuming from %s' % latest in result.stdout
-    final = int(tf.train.latest_checkpoint(model_dir).rsplit('-', 1)[1])
+    final = _latest_step(model_dir)
     assert final == 2 * (killed_at // 2 + 1)
